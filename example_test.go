@@ -1,0 +1,167 @@
+package addrlimit_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"time"
+
+	"github.com/addrlimit/addrlimit"
+)
+
+// The incident in miniature: an internal service and a public script share one
+// egress address. The internal token exempts the service; the script is limited
+// exactly as before, and a forged token counts like no token at all.
+func Example() {
+	tok, err := addrlimit.NewInternalToken("internal-secret-0123456789")
+	if err != nil {
+		panic(err)
+	}
+	lim, err := addrlimit.New(3, time.Minute, addrlimit.WithExempt(tok.Match))
+	if err != nil {
+		panic(err)
+	}
+	api := http.NewServeMux()
+	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
+	api.Handle("/internal/", tok.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	h := lim.Handler(api)
+
+	send := func(path, auth string) int {
+		r := httptest.NewRequest("GET", path, nil)
+		r.RemoteAddr = "10.0.0.7:41000" // the shared egress address
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for range 5 {
+		fmt.Print(send("/internal/progress", "Bearer internal-secret-0123456789"), " ")
+	}
+	fmt.Println("internal service")
+	for range 5 {
+		fmt.Print(send("/", ""), " ")
+	}
+	fmt.Println("public script")
+	fmt.Println(send("/internal/progress", "Bearer forged-token-0123456789xx"), "forged token")
+	// Output:
+	// 200 200 200 200 200 internal service
+	// 200 200 200 429 429 public script
+	// 429 forged token
+}
+
+// Allow decides without writing a response, for code that is not an
+// http.Handler chain, such as a websocket upgrade or a job queue.
+func ExampleLimiter_Allow() {
+	lim, _ := addrlimit.New(2, time.Hour)
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "[2001:db8:1:2::17]:5000"
+	for range 3 {
+		d := lim.Allow(r)
+		fmt.Println(d.Outcome, d.Key, d.Remaining, d.Denied())
+	}
+	// Output:
+	// allowed 2001:db8:1:2::/64 1 false
+	// allowed 2001:db8:1:2::/64 0 false
+	// limited 2001:db8:1:2::/64 0 true
+}
+
+// The draft RateLimit fields report the policy and the remaining quota; a 429
+// adds Retry-After, computed from the bucket.
+func ExampleWithHeaders() {
+	lim, _ := addrlimit.New(300, time.Minute, addrlimit.WithBurst(1))
+	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for range 2 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		fmt.Printf("%d %s %s retry-after=%q\n", w.Code, w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 "default";q=1;w=1 "default";r=0;t=1 retry-after=""
+	// 429 "default";q=1;w=1 "default";r=0;t=1 retry-after="1"
+}
+
+// With the X-RateLimit style, Reset is the number of seconds until the bucket
+// is full again.
+func ExampleWithHeaders_xRateLimit() {
+	lim, _ := addrlimit.New(60, time.Minute, addrlimit.WithHeaders(addrlimit.HeaderXRateLimit))
+	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	fmt.Println(w.Header().Get("X-RateLimit-Limit"), w.Header().Get("X-RateLimit-Remaining"), w.Header().Get("X-RateLimit-Reset"))
+	// Output: 60 59 1
+}
+
+// A dry run counts and reports, but never denies: the way to learn who would
+// be limited before enforcing.
+func ExampleWithDryRun() {
+	lim, _ := addrlimit.New(1, time.Hour, addrlimit.WithDryRun(),
+		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) {
+			if d.Outcome == addrlimit.Limited {
+				fmt.Println("would limit", d.Key, "dry run:", d.DryRun)
+			}
+		}))
+	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for range 2 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		fmt.Println(w.Code)
+	}
+	// Output:
+	// 200
+	// would limit 192.0.2.1 dry run: true
+	// 200
+}
+
+// A denied handler renders its own body; the fields are already set and the
+// Decision is in the request context.
+func ExampleWithDeniedHandler() {
+	deny := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, _ := addrlimit.DecisionFromContext(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprintf(w, `{"error":"rate_limited","retry_after_seconds":%d}`, int(d.RetryAfter.Round(time.Second)/time.Second))
+	})
+	lim, _ := addrlimit.New(1, 10*time.Second, addrlimit.WithDeniedHandler(deny))
+	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	fmt.Println(w.Code, w.Header().Get("Retry-After"), w.Body.String())
+	// Output: 429 10 {"error":"rate_limited","retry_after_seconds":10}
+}
+
+// AddrKey is the normalisation behind the default key, for custom KeyFuncs.
+func ExampleAddrKey() {
+	for _, s := range []string{"192.0.2.1", "::ffff:192.0.2.1", "2001:db8:1:2:3:4:5:6", "fe80::1%eth0"} {
+		fmt.Println(addrlimit.AddrKey(netip.MustParseAddr(s)))
+	}
+	// Output:
+	// 192.0.2.1
+	// 192.0.2.1
+	// 2001:db8:1:2::/64
+	// fe80::/64
+}
+
+// A KeyFunc can key authenticated routes per user instead of per address.
+func ExampleWithKeyFunc() {
+	perUser := func(r *http.Request) (string, error) {
+		if u := r.Header.Get("X-User"); u != "" { // set by your authentication middleware
+			return "user:" + u, nil
+		}
+		return addrlimit.RemoteAddrKey(r)
+	}
+	lim, _ := addrlimit.New(1, time.Hour, addrlimit.WithKeyFunc(perUser))
+	for _, u := range []string{"ann", "bob", "ann"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-User", u)
+		d := lim.Allow(r)
+		fmt.Println(d.Key, d.Outcome)
+	}
+	// Output:
+	// user:ann allowed
+	// user:bob allowed
+	// user:ann limited
+}

@@ -1,0 +1,5 @@
+module github.com/addrlimit/addrlimit
+
+go 1.26.0
+
+require golang.org/x/time v0.16.0

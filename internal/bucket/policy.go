@@ -1,0 +1,93 @@
+// Package bucket implements the token bucket that addrlimit enforces, in the
+// form of the generic cell rate algorithm (GCRA): one int64 per key, the
+// theoretical arrival time (TAT), from which the token count at any instant
+// follows. GCRA with emission interval T and tolerance burst*T takes exactly the
+// decisions of a token bucket of capacity burst refilled one token per T, which
+// is what golang.org/x/time/rate implements with floating-point tokens.
+//
+// All times are int64 nanoseconds on a caller-chosen monotonic time line.
+package bucket
+
+import (
+	"errors"
+	"math"
+	"time"
+)
+
+// Policy is a validated bucket shape. The zero value is not usable; build one
+// with NewPolicy. A Policy is immutable and safe for concurrent use.
+type Policy struct {
+	burst    int64
+	interval int64 // nanoseconds for one token to refill
+	tau      int64 // burst * interval: nanoseconds for an empty bucket to refill
+}
+
+// NewPolicy returns the policy of a bucket of capacity burst that gains one
+// token per interval. It rejects burst < 1, interval < 1ns and shapes whose full
+// refill time does not fit in an int64 of nanoseconds.
+func NewPolicy(burst int, interval time.Duration) (Policy, error) {
+	if burst < 1 {
+		return Policy{}, errors.New("burst must be at least 1")
+	}
+	if interval < 1 {
+		return Policy{}, errors.New("refill interval must be at least 1ns")
+	}
+	if int64(burst) > math.MaxInt64/4/int64(interval) {
+		return Policy{}, errors.New("burst times refill interval overflows")
+	}
+	return Policy{burst: int64(burst), interval: int64(interval), tau: int64(burst) * int64(interval)}, nil
+}
+
+// Burst is the bucket capacity.
+func (p Policy) Burst() int { return int(p.burst) }
+
+// Interval is the time for one token to refill.
+func (p Policy) Interval() time.Duration { return time.Duration(p.interval) }
+
+// FullRefill is the time an empty bucket takes to fill completely.
+func (p Policy) FullRefill() time.Duration { return time.Duration(p.tau) }
+
+// Result is the outcome of one Take.
+type Result struct {
+	Allowed bool
+	// Remaining is the number of whole tokens left after this request.
+	Remaining int
+	// RetryAfter is the time until at least one whole token exists; zero while
+	// Remaining > 0.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the bucket is full again.
+	ResetAfter time.Duration
+}
+
+// Take charges one request arriving at now to a bucket whose state is tat
+// (0 or any value <= now for a full bucket). It returns the new state and the
+// result. A denied request does not change the state.
+func (p Policy) Take(tat, now int64) (int64, Result) {
+	if tat < now {
+		tat = now
+	}
+	next := tat + p.interval
+	if next-now > p.tau {
+		return tat, Result{
+			RetryAfter: time.Duration(next - p.tau - now),
+			ResetAfter: time.Duration(tat - now),
+		}
+	}
+	res := Result{
+		Allowed:    true,
+		Remaining:  int((now + p.tau - next) / p.interval),
+		ResetAfter: time.Duration(next - now),
+	}
+	if res.Remaining == 0 {
+		res.RetryAfter = time.Duration(next + p.interval - p.tau - now)
+	}
+	return next, res
+}
+
+// Full reports whether a bucket in state tat is full at now: such a bucket is
+// indistinguishable from a new one and can be forgotten.
+func (p Policy) Full(tat, now int64) bool { return tat <= now }
+
+// Empty reports whether a bucket in state tat has less than one token at now,
+// that is, whether its client is being limited right now.
+func (p Policy) Empty(tat, now int64) bool { return tat-now > p.tau-p.interval }

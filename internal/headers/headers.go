@@ -1,0 +1,165 @@
+// Package headers renders addrlimit's response header fields. Everything that
+// does not depend on the request is rendered once per limiter, so that setting
+// the quota fields of an allowed request costs a single allocation (the value
+// slices, which must not be shared between responses).
+package headers
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Style selects the quota header fields.
+type Style uint8
+
+const (
+	// Draft sends RateLimit-Policy and RateLimit (IETF httpapi draft, structured fields).
+	Draft Style = iota
+	// XRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (seconds until the bucket is full again).
+	XRateLimit
+	// None sends no quota fields.
+	None
+)
+
+// Canonical field names, so that http.Header needs no canonicalisation.
+const (
+	fieldPolicy     = "Ratelimit-Policy"
+	fieldRateLimit  = "Ratelimit"
+	fieldXLimit     = "X-Ratelimit-Limit"
+	fieldXRemaining = "X-Ratelimit-Remaining"
+	fieldXReset     = "X-Ratelimit-Reset"
+	fieldRetryAfter = "Retry-After"
+	fieldCache      = "Cache-Control"
+)
+
+// precomputed bounds the tables of pre-rendered values per limiter.
+const precomputed = 1024
+
+var smallInts = func() []string {
+	s := make([]string, precomputed+1)
+	for i := range s {
+		s[i] = strconv.Itoa(i)
+	}
+	return s
+}()
+
+func itoa(n int) string {
+	if n >= 0 && n < len(smallInts) {
+		return smallInts[n]
+	}
+	return strconv.Itoa(n)
+}
+
+// Seconds rounds d up to whole seconds.
+func Seconds(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Second - 1) / time.Second)
+}
+
+// State is what the fields report about one decision.
+type State struct {
+	Remaining  int
+	RetryAfter time.Duration // until the next token; zero while Remaining > 0
+	ResetAfter time.Duration // until the bucket is full
+	Denied     bool          // adds Retry-After and Cache-Control: no-store
+}
+
+// Writer sets the fields of one limiter. It is immutable and safe for
+// concurrent use.
+type Writer struct {
+	style    Style
+	policy   string   // RateLimit-Policy value
+	limit    string   // X-RateLimit-Limit value
+	byRemain []string // RateLimit values for r = index, t = 0
+	byWait   []string // RateLimit values for r = 0, t = index
+}
+
+// New pre-renders the fields for a bucket of capacity burst refilled one token
+// per interval.
+func New(style Style, burst int, interval time.Duration) *Writer {
+	w := &Writer{style: style, limit: itoa(burst)}
+	if style != Draft {
+		return w
+	}
+	window := max(Seconds(time.Duration(burst)*interval), 1)
+	w.policy = `"default";q=` + itoa(burst) + ";w=" + itoa(window)
+	w.byRemain = make([]string, min(burst, precomputed)+1)
+	for r := range w.byRemain {
+		w.byRemain[r] = rateLimit(r, 0)
+	}
+	w.byWait = make([]string, min(Seconds(interval), precomputed)+1)
+	for t := range w.byWait {
+		w.byWait[t] = rateLimit(0, t)
+	}
+	return w
+}
+
+func rateLimit(r, t int) string {
+	return `"default";r=` + strconv.Itoa(r) + ";t=" + strconv.Itoa(t)
+}
+
+// Policy returns the RateLimit-Policy value ("" unless the style is Draft).
+func (w *Writer) Policy() string { return w.policy }
+
+// Write sets the fields for s on h, replacing earlier values.
+func (w *Writer) Write(h http.Header, s State) {
+	n := 0
+	switch w.style {
+	case Draft:
+		n = 2
+	case XRateLimit:
+		n = 3
+	}
+	if s.Denied {
+		n += 2
+	}
+	if n == 0 {
+		return
+	}
+	vals := make([]string, n)
+	i := 0
+	set := func(name, v string) {
+		vals[i] = v
+		h[name] = vals[i : i+1 : i+1]
+		i++
+	}
+	wait := 0
+	if s.Remaining == 0 {
+		wait = max(Seconds(s.RetryAfter), 1)
+	}
+	switch w.style {
+	case Draft:
+		set(fieldPolicy, w.policy)
+		set(fieldRateLimit, w.rateLimit(s.Remaining, wait))
+	case XRateLimit:
+		set(fieldXLimit, w.limit)
+		set(fieldXRemaining, itoa(s.Remaining))
+		set(fieldXReset, itoa(Seconds(s.ResetAfter)))
+	}
+	if s.Denied {
+		set(fieldRetryAfter, itoa(max(Seconds(s.RetryAfter), 1)))
+		set(fieldCache, "no-store")
+	}
+}
+
+func (w *Writer) rateLimit(r, t int) string {
+	if t == 0 && r < len(w.byRemain) {
+		return w.byRemain[r]
+	}
+	if r == 0 && t < len(w.byWait) {
+		return w.byWait[t]
+	}
+	return rateLimit(r, t)
+}
+
+// WriteUnavailable sets the fields of a 503 sent because the store failed:
+// no quota (it is unknown), Retry-After: 1 and Cache-Control: no-store.
+func WriteUnavailable(h http.Header) {
+	vals := []string{"1", "no-store"}
+	h[fieldRetryAfter] = vals[0:1:1]
+	h[fieldCache] = vals[1:2:2]
+}

@@ -1,0 +1,118 @@
+package addrlimit
+
+import (
+	"errors"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// KeyFunc returns the key of the bucket a request is charged to.
+//
+// Contract: with a nil error the key is used (an empty key counts as an
+// error). With a non-nil error and an empty key, the request is charged to
+// the shared bucket UnkeyedKey: a KeyFunc failure is never a bypass. With a
+// non-nil error and a non-empty key, the key is used and the error is reported
+// to observers as a warning (Decision.Err); TrustedProxyKey does this when a
+// proxy header is malformed. Error texts never reach the client.
+//
+// A KeyFunc is called concurrently and must be safe for that.
+type KeyFunc func(*http.Request) (string, error)
+
+// UnkeyedKey is the key of the one bucket shared by all requests whose key
+// could not be determined (a RemoteAddr that is not an IP address, such as a
+// Unix socket peer, or a KeyFunc error). AddrKey never returns it.
+const UnkeyedKey = "addrlimit:unkeyed"
+
+// errRemoteAddr is returned for a RemoteAddr that holds no IP address.
+var errRemoteAddr = errors.New("addrlimit: RemoteAddr is not an IP address")
+
+// RemoteAddrKey is the default KeyFunc: the connection's peer address, from
+// r.RemoteAddr, normalised by AddrKey (port ignored). It never reads a header,
+// so a client cannot choose its key; behind a proxy, every client shares the
+// proxy's key, so use TrustedProxyKey there.
+func RemoteAddrKey(r *http.Request) (string, error) {
+	a, err := remoteAddr(r)
+	if err != nil {
+		return "", err
+	}
+	return AddrKey(a), nil
+}
+
+// remoteAddr parses r.RemoteAddr ("ip:port", "[ip6%zone]:port", or a bare IP
+// as some test harnesses set it) and normalises it for keying.
+// It accepts exactly what netip.ParseAddrPort or netip.ParseAddr accept, but
+// does not convert the port, which it ignores.
+func remoteAddr(r *http.Request) (netip.Addr, error) {
+	host, bracketed, ok := splitHostPort(r.RemoteAddr)
+	if !ok {
+		return netip.Addr{}, errRemoteAddr
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || bracketed && !a.Is6() {
+		return netip.Addr{}, errRemoteAddr
+	}
+	return keyAddr(a), nil
+}
+
+// splitHostPort splits "host:port" or "[host]:port" and returns a bare host
+// unchanged. The port must be decimal digits worth at most 65535.
+func splitHostPort(s string) (host string, bracketed, ok bool) {
+	if len(s) > 0 && s[0] == '[' {
+		i := strings.LastIndexByte(s, ']')
+		if i < 0 || !validPort(s[i+1:]) {
+			return "", false, false
+		}
+		return s[1:i], true, true
+	}
+	i := strings.IndexByte(s, ':')
+	if i < 0 || strings.IndexByte(s[i+1:], ':') >= 0 {
+		return s, false, true // a bare IPv4 or IPv6 address
+	}
+	return s[:i], false, validPort(s[i:])
+}
+
+// validPort reports whether s is ":" followed by a decimal port number.
+func validPort(s string) bool {
+	if len(s) < 2 || s[0] != ':' {
+		return false
+	}
+	n := 0
+	for _, c := range []byte(s[1:]) {
+		if c < '0' || c > '9' {
+			return false
+		}
+		if n = n*10 + int(c-'0'); n > 65535 {
+			return false
+		}
+	}
+	return true
+}
+
+// keyAddr is the normalisation behind AddrKey: IPv4-mapped IPv6 unmapped
+// first, zone dropped, IPv6 masked to its /64.
+func keyAddr(a netip.Addr) netip.Addr {
+	a = a.Unmap().WithZone("")
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
+	}
+	return a
+}
+
+// AddrKey returns the bucket key of address a: an IPv4 address as itself
+// ("192.0.2.1"), also when written as IPv4-mapped IPv6 ("::ffff:192.0.2.1");
+// an IPv6 address as its /64 ("2001:db8:1:2::/64"), since one subscriber is
+// given at least a /64; zones are ignored. It returns "" for the zero Addr.
+// Custom KeyFuncs that derive addresses should key them with AddrKey, so that
+// one client cannot appear under several keys.
+func AddrKey(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	a = keyAddr(a)
+	if a.Is6() {
+		return netip.PrefixFrom(a, 64).String()
+	}
+	return a.String()
+}
