@@ -165,3 +165,65 @@ func ExampleWithKeyFunc() {
 	// user:bob allowed
 	// user:ann limited
 }
+
+// Behind a load balancer in 10.0.0.0/8 that appends to X-Forwarded-For, the
+// client is the first untrusted address from the right; whatever the client
+// wrote further left is ignored.
+func ExampleTrustedProxyKey() {
+	kf, err := addrlimit.TrustedProxyKey("X-Forwarded-For", netip.MustParsePrefix("10.0.0.0/8"))
+	if err != nil {
+		panic(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "10.0.0.1:55000"                                   // the load balancer
+	r.Header.Set("X-Forwarded-For", "6.6.6.6, 203.0.113.9, 10.0.0.2") // spoofed, client, inner proxy
+	key, err := kf(r)
+	fmt.Println(key, err)
+
+	r.RemoteAddr = "203.0.113.50:1234" // a client connecting directly: headers are not read
+	key, err = kf(r)
+	fmt.Println(key, err)
+	// Output:
+	// 203.0.113.9 <nil>
+	// 203.0.113.50 <nil>
+}
+
+// A CDN that sets a single-address header, reached through its published
+// ranges; a handler can read the resolved address too.
+func ExampleTrustedProxies_ClientAddr() {
+	cdn, err := addrlimit.NewTrustedProxies("CF-Connecting-IP",
+		netip.MustParsePrefix("173.245.48.0/20"), netip.MustParsePrefix("2400:cb00::/32"))
+	if err != nil {
+		panic(err)
+	}
+	lim, _ := addrlimit.New(300, time.Minute, addrlimit.WithKeyFunc(cdn.Key))
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client, _ := cdn.ClientAddr(r)
+		fmt.Println("client", client)
+	}))
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "[2400:cb00::17]:443"
+	r.Header.Set("CF-Connecting-IP", "2001:db8:1:2::99")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	fmt.Println("key", lim.Allow(r).Key)
+	// Output:
+	// client 2001:db8:1:2::99
+	// key 2001:db8:1:2::/64
+}
+
+// nginx in front of the app on the same host, with
+// "proxy_set_header Forwarded "for=\"$remote_addr\"";" or the RFC 7239 form.
+func ExampleNewTrustedProxies_forwarded() {
+	p, _ := addrlimit.NewTrustedProxies("Forwarded", netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"))
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "127.0.0.1:40000"
+	r.Header.Set("Forwarded", `for="[2001:db8:cafe::17]:4711";proto=https`)
+	a, err := p.ClientAddr(r)
+	fmt.Println(a, err)
+	r.Header.Set("Forwarded", "for=unknown")
+	a, err = p.ClientAddr(r)
+	fmt.Println(a, err != nil)
+	// Output:
+	// 2001:db8:cafe::17 <nil>
+	// 127.0.0.1 true
+}

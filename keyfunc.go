@@ -4,7 +4,8 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
-	"strings"
+
+	"github.com/addrlimit/addrlimit/internal/clientip"
 )
 
 // KeyFunc returns the key of the bucket a request is charged to.
@@ -32,19 +33,19 @@ var errRemoteAddr = errors.New("addrlimit: RemoteAddr is not an IP address")
 // so a client cannot choose its key; behind a proxy, every client shares the
 // proxy's key, so use TrustedProxyKey there.
 func RemoteAddrKey(r *http.Request) (string, error) {
-	a, err := remoteAddr(r)
+	a, err := peerAddr(r)
 	if err != nil {
 		return "", err
 	}
 	return AddrKey(a), nil
 }
 
-// remoteAddr parses r.RemoteAddr ("ip:port", "[ip6%zone]:port", or a bare IP
-// as some test harnesses set it) and normalises it for keying.
+// peerAddr parses r.RemoteAddr ("ip:port", "[ip6%zone]:port", or a bare IP
+// as some test harnesses set it), unmaps it and drops its zone.
 // It accepts exactly what netip.ParseAddrPort or netip.ParseAddr accept, but
 // does not convert the port, which it ignores.
-func remoteAddr(r *http.Request) (netip.Addr, error) {
-	host, bracketed, ok := splitHostPort(r.RemoteAddr)
+func peerAddr(r *http.Request) (netip.Addr, error) {
+	host, bracketed, ok := clientip.SplitHostPort(r.RemoteAddr)
 	if !ok {
 		return netip.Addr{}, errRemoteAddr
 	}
@@ -52,47 +53,13 @@ func remoteAddr(r *http.Request) (netip.Addr, error) {
 	if err != nil || bracketed && !a.Is6() {
 		return netip.Addr{}, errRemoteAddr
 	}
-	return keyAddr(a), nil
-}
-
-// splitHostPort splits "host:port" or "[host]:port" and returns a bare host
-// unchanged. The port must be decimal digits worth at most 65535.
-func splitHostPort(s string) (host string, bracketed, ok bool) {
-	if len(s) > 0 && s[0] == '[' {
-		i := strings.LastIndexByte(s, ']')
-		if i < 0 || !validPort(s[i+1:]) {
-			return "", false, false
-		}
-		return s[1:i], true, true
-	}
-	i := strings.IndexByte(s, ':')
-	if i < 0 || strings.IndexByte(s[i+1:], ':') >= 0 {
-		return s, false, true // a bare IPv4 or IPv6 address
-	}
-	return s[:i], false, validPort(s[i:])
-}
-
-// validPort reports whether s is ":" followed by a decimal port number.
-func validPort(s string) bool {
-	if len(s) < 2 || s[0] != ':' {
-		return false
-	}
-	n := 0
-	for _, c := range []byte(s[1:]) {
-		if c < '0' || c > '9' {
-			return false
-		}
-		if n = n*10 + int(c-'0'); n > 65535 {
-			return false
-		}
-	}
-	return true
+	return clientip.Normalise(a), nil
 }
 
 // keyAddr is the normalisation behind AddrKey: IPv4-mapped IPv6 unmapped
 // first, zone dropped, IPv6 masked to its /64.
 func keyAddr(a netip.Addr) netip.Addr {
-	a = a.Unmap().WithZone("")
+	a = clientip.Normalise(a)
 	if a.Is6() {
 		p, _ := a.Prefix(64)
 		return p.Addr()

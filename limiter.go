@@ -241,8 +241,8 @@ func (l *Limiter) decide(r *http.Request, wantKey bool) Decision {
 	}
 	var d Decision
 	if l.fast != nil {
-		if a, err := remoteAddr(r); err == nil {
-			d = l.fromResult(l.mem.takeAddr(l.fast, a))
+		if a, err := peerAddr(r); err == nil {
+			d = l.fromResult(l.mem.takeAddr(l.fast, keyAddr(a)))
 			if wantKey || d.Outcome == Limited {
 				d.Key = AddrKey(a)
 			}

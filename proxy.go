@@ -1,0 +1,119 @@
+package addrlimit
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"strings"
+
+	"github.com/addrlimit/addrlimit/internal/clientip"
+)
+
+// TrustedProxies resolves the client address of requests that reach the
+// server through proxies you run or pay for (load balancers, CDNs, ingress
+// controllers), from the one header those proxies set. It is immutable and
+// safe for concurrent use.
+//
+// The rule, which no client can steer:
+//  1. If the peer (RemoteAddr) is not inside a trusted range, the peer is the
+//     client and no header is read.
+//  2. Otherwise the header's lines are read last to first, each from right to
+//     left, skipping addresses inside trusted ranges; the first untrusted
+//     address is the client. If every element is trusted, the leftmost is.
+//  3. An element that is not an address ("unknown", "_hidden", garbage, an
+//     empty element, a Forwarded element without for=) means the proxies or
+//     the ranges are misconfigured: the nearest trusted hop to its right (or
+//     the peer) is used, never anything further left, and the problem is
+//     reported as a warning error. So is a trusted peer that sent no header.
+//
+// At most 64 trusted hops are walked, so a header of thousands of elements
+// costs no more than a short one.
+type TrustedProxies struct {
+	header  string // canonical
+	format  clientip.Format
+	trusted clientip.Trusted
+}
+
+// NewTrustedProxies returns a resolver for header, the ONE header your
+// outermost trusted proxy sets: "X-Forwarded-For", "Forwarded" (RFC 7239),
+// or a single-address header such as "X-Real-IP", "CF-Connecting-IP",
+// "True-Client-IP" or "Fly-Client-IP". trusted are the ranges of your proxies
+// (addresses they connect from and that they write into the header). IPv4 ranges
+// also match IPv4-mapped IPv6 peers. A range of all addresses (/0) is
+// rejected: with it, the client writes its own address.
+func NewTrustedProxies(header string, trusted ...netip.Prefix) (*TrustedProxies, error) {
+	if header == "" {
+		return nil, errors.New("addrlimit: trusted proxy header name is empty")
+	}
+	for _, c := range []byte(header) {
+		if !isTokenChar(c) {
+			return nil, fmt.Errorf("addrlimit: trusted proxy header name %q is not a valid field name", header)
+		}
+	}
+	if len(trusted) == 0 {
+		return nil, errors.New("addrlimit: no trusted proxy ranges given; without a proxy, use the default RemoteAddrKey")
+	}
+	t := &TrustedProxies{header: textproto.CanonicalMIMEHeaderKey(header)}
+	if t.header == "Forwarded" {
+		t.format = clientip.Forwarded
+	}
+	for i, p := range trusted {
+		if !p.IsValid() {
+			return nil, fmt.Errorf("addrlimit: trusted proxy range %d of %d is not a valid prefix", i+1, len(trusted))
+		}
+		p = p.Masked()
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		if p.Bits() == 0 {
+			return nil, fmt.Errorf("addrlimit: trusted proxy range %v trusts every address, so any client could choose its key", trusted[i])
+		}
+		t.trusted = append(t.trusted, p)
+	}
+	return t, nil
+}
+
+// TrustedProxyKey returns a KeyFunc that keys requests by the client address
+// that NewTrustedProxies(header, trusted...) resolves, normalised by AddrKey.
+// A malformed header yields the nearest trusted hop's key together with a
+// warning error, which the Limiter reports to observers as Decision.Err.
+func TrustedProxyKey(header string, trusted ...netip.Prefix) (KeyFunc, error) {
+	t, err := NewTrustedProxies(header, trusted...)
+	if err != nil {
+		return nil, err
+	}
+	return t.Key, nil
+}
+
+// ClientAddr returns the client address of r (unmapped, without zone, not
+// grouped: use AddrKey for that). A non-nil error with a valid address is a
+// warning: the address is the safe one to use, but the proxies or the trusted
+// ranges look misconfigured. A RemoteAddr that is not an IP address gives the
+// zero Addr and an error. Handlers can call it to log or display the client.
+func (t *TrustedProxies) ClientAddr(r *http.Request) (netip.Addr, error) {
+	peer, err := peerAddr(r)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if !t.trusted.Contains(peer) {
+		return peer, nil
+	}
+	a, err := clientip.Resolve(t.format, t.trusted, peer, r.Header[t.header])
+	if err != nil {
+		err = fmt.Errorf("addrlimit: %s: %w", t.header, err)
+	}
+	return a, err
+}
+
+// Key is a KeyFunc: AddrKey of ClientAddr.
+func (t *TrustedProxies) Key(r *http.Request) (string, error) {
+	a, err := t.ClientAddr(r)
+	return AddrKey(a), err
+}
+
+// isTokenChar reports whether c may appear in a field name (RFC 9110 tchar).
+func isTokenChar(c byte) bool {
+	return c < 0x80 && c > ' ' && !strings.ContainsRune("\"(),/:;<=>?@[\\]{}", rune(c))
+}
