@@ -1,10 +1,13 @@
 package addrlimit_test
 
 import (
+	"expvar"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/addrlimit/addrlimit"
@@ -226,4 +229,41 @@ func ExampleNewTrustedProxies_forwarded() {
 	// Output:
 	// 2001:db8:cafe::17 <nil>
 	// 127.0.0.1 true
+}
+
+// A LogObserver writes one line per throttled key per interval: here an
+// internal service whose token is stale, which is exactly what to look for.
+func ExampleNewLogObserver() {
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{} // stable output for the example
+			}
+			return a
+		},
+	}))
+	lo, _ := addrlimit.NewLogObserver(logger, time.Minute)
+	lim, _ := addrlimit.New(1, time.Hour, addrlimit.WithObserver(lo.Observe))
+	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for range 3 {
+		r := httptest.NewRequest("PUT", "/agents/42/progress", nil)
+		r.RemoteAddr = "10.0.0.7:41000"
+		r.Header.Set("Authorization", "Bearer stale-token-from-last-month")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	// Output:
+	// level=WARN msg="addrlimit: request with credentials limited" key=10.0.0.7 method=PUT route=/agents/42/progress outcome=limited mode=enforced remaining=0 retry_after=1h0m0s credentialed=true suppressed=0
+}
+
+// Stats is cheap to read concurrently; publish it with expvar (or the
+// promcollector module).
+func ExampleLimiter_Stats() {
+	lim, _ := addrlimit.New(1, time.Hour)
+	expvar.Publish("ratelimit", expvar.Func(func() any { return lim.Stats() }))
+	for range 3 {
+		lim.Allow(httptest.NewRequest("GET", "/", nil))
+	}
+	s := lim.Stats()
+	fmt.Println("allowed", s.Allowed, "limited", s.Limited, "keys", s.Keys)
+	// Output: allowed 1 limited 2 keys 1
 }
