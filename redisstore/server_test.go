@@ -1,0 +1,125 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisServer is a redis-server process on a loopback port, started and
+// stopped by the tests themselves.
+type redisServer struct {
+	port int
+	dir  string
+	cmd  *exec.Cmd
+}
+
+const installHint = "redis-server not found: install it (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis)"
+
+var (
+	shared       *redisServer
+	redisMissing bool
+)
+
+func TestMain(m *testing.M) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintln(os.Stderr, installHint+"; CI requires the real-Redis tests")
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, installHint+"; skipping the tests that need it")
+		redisMissing = true
+		os.Exit(m.Run())
+	}
+	var err error
+	shared, err = newRedisServer()
+	if err == nil {
+		err = shared.start()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting redis-server:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	shared.stop()
+	os.RemoveAll(shared.dir)
+	os.Exit(code)
+}
+
+func needRedis(t testing.TB) {
+	t.Helper()
+	if redisMissing {
+		t.Skip(installHint)
+	}
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func newRedisServer() (*redisServer, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "addrlimit-redis-")
+	if err != nil {
+		return nil, err
+	}
+	return &redisServer{port: port, dir: dir}, nil
+}
+
+func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// start runs redis-server without persistence and waits until it answers.
+func (s *redisServer) start() error {
+	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no", "--loglevel", "warning")
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return fmt.Errorf("redis-server on %s did not answer: %w", s.addr(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop kills the server at once, as a crash would.
+func (s *redisServer) stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	}
+}
+
+// client returns a go-redis client for s, closed when the test ends.
+func (s *redisServer) client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
