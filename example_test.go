@@ -1,6 +1,8 @@
 package addrlimit_test
 
 import (
+	"context"
+	"errors"
 	"expvar"
 	"fmt"
 	"log/slog"
@@ -266,4 +268,154 @@ func ExampleLimiter_Stats() {
 	s := lim.Stats()
 	fmt.Println("allowed", s.Allowed, "limited", s.Limited, "keys", s.Keys)
 	// Output: allowed 1 limited 2 keys 1
+}
+
+// Stacked limiters on a Go 1.22 ServeMux: a global per-address limit for the
+// whole API, a stricter one on POST /login, and per-user keys on
+// authenticated routes.
+func Example_stackedLimiters() {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	global, _ := addrlimit.New(300, time.Minute)
+	login, _ := addrlimit.New(5, time.Minute) // password guessing: 5 per minute per address
+	perUser, _ := addrlimit.New(2, time.Minute, addrlimit.WithKeyFunc(func(r *http.Request) (string, error) {
+		return "user:" + r.Header.Get("X-User"), nil // set by your authentication middleware
+	}))
+
+	mux := http.NewServeMux()
+	mux.Handle("POST /login", login.Handler(ok))
+	mux.Handle("GET /me/", perUser.Handler(ok))
+	mux.Handle("/", ok)
+	api := global.Handler(mux)
+
+	try := func(method, path, user string, n int) {
+		var got []int
+		for range n {
+			r := httptest.NewRequest(method, path, nil)
+			r.Header.Set("X-User", user)
+			w := httptest.NewRecorder()
+			api.ServeHTTP(w, r)
+			got = append(got, w.Code)
+		}
+		fmt.Println(method, path, user, got)
+	}
+	try("POST", "/login", "", 7)
+	try("GET", "/me/settings", "ann", 3)
+	try("GET", "/me/settings", "bob", 1)
+	try("GET", "/sites", "", 2)
+	// Output:
+	// POST /login  [200 200 200 200 200 429 429]
+	// GET /me/settings ann [200 200 429]
+	// GET /me/settings bob [200]
+	// GET /sites  [200 200]
+}
+
+// WithBurst separates the burst from the rate: 60 per minute on average, but
+// only 10 at once.
+func ExampleWithBurst() {
+	lim, _ := addrlimit.New(60, time.Minute, addrlimit.WithBurst(10))
+	r := httptest.NewRequest("GET", "/", nil)
+	allowed := 0
+	for range 50 {
+		if !lim.Allow(r).Denied() {
+			allowed++
+		}
+	}
+	fmt.Println("allowed at once:", allowed, "policy:", lim.Policy())
+	// Output: allowed at once: 10 policy: {10 1s}
+}
+
+// WithExempt takes any predicate a client cannot forge; InternalToken.Match is
+// the one addrlimit provides. Exempt requests leave no trace in the table.
+func ExampleWithExempt() {
+	tok, _ := addrlimit.NewInternalToken("new-secret-0123456789abcdef", "old-secret-0123456789abcdef") // rotation
+	lim, _ := addrlimit.New(1, time.Hour, addrlimit.WithExempt(tok.Match))
+	for _, auth := range []string{"Bearer old-secret-0123456789abcdef", "Bearer new-secret-0123456789abcdef", "Bearer wrong", ""} {
+		r := httptest.NewRequest("GET", "/", nil)
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		fmt.Println(lim.Allow(r).Outcome)
+	}
+	fmt.Println("buckets:", lim.Stats().Keys)
+	// Output:
+	// exempt
+	// exempt
+	// allowed
+	// limited
+	// buckets: 1
+}
+
+// WithMaxKeys caps the table. A flood of new addresses evicts buckets that
+// still have tokens, never one that is empty: the abuser stays limited.
+func ExampleWithMaxKeys() {
+	lim, _ := addrlimit.New(2, time.Hour, addrlimit.WithMaxKeys(100))
+	abuser := httptest.NewRequest("GET", "/", nil)
+	abuser.RemoteAddr = "198.51.100.66:1"
+	lim.Allow(abuser)
+	lim.Allow(abuser)
+	r := httptest.NewRequest("GET", "/", nil)
+	for i := range 100_000 {
+		r.RemoteAddr = fmt.Sprintf("10.%d.%d.%d:1", i>>16, i>>8&255, i&255)
+		lim.Allow(r)
+	}
+	s := lim.Stats()
+	fmt.Println("keys:", s.Keys, "abuser:", lim.Allow(abuser).Outcome)
+	// Output: keys: 100 abuser: limited
+}
+
+// WithObserver sees every decision; several observers run in order.
+func ExampleWithObserver() {
+	count := map[addrlimit.Outcome]int{}
+	lim, _ := addrlimit.New(2, time.Hour,
+		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) { count[d.Outcome]++ }),
+		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) {
+			if d.Denied() {
+				fmt.Println("denied", d.Key, "retry in", d.RetryAfter.Round(time.Minute))
+			}
+		}))
+	for range 3 {
+		lim.Allow(httptest.NewRequest("GET", "/", nil))
+	}
+	fmt.Println(count)
+	// Output:
+	// denied 192.0.2.1 retry in 30m0s
+	// map[allowed:2 limited:1]
+}
+
+// WithStore sets where buckets live; a MemoryStore of your own lets you read
+// its size directly. (For a fleet, see the redisstore module.)
+func ExampleWithStore() {
+	store, _ := addrlimit.NewMemoryStore(10_000)
+	lim, _ := addrlimit.New(10, time.Second, addrlimit.WithStore(store))
+	lim.Allow(httptest.NewRequest("GET", "/", nil))
+	fmt.Println("buckets:", store.Len())
+	// Output: buckets: 1
+}
+
+// downStore is a Store whose backend is unreachable.
+type downStore struct{}
+
+func (downStore) Take(context.Context, string, addrlimit.Policy) (addrlimit.Result, error) {
+	return addrlimit.Result{}, errors.New("dial tcp 10.0.0.9:6379: connection refused")
+}
+
+// WithStoreFailure decides what a store outage means: the default FailLocal
+// keeps limiting with local buckets; FailClosed answers 503; FailOpen lets
+// everything through. The error never reaches the client.
+func ExampleWithStoreFailure() {
+	for _, p := range []addrlimit.FailurePolicy{addrlimit.FailLocal, addrlimit.FailOpen, addrlimit.FailClosed} {
+		lim, _ := addrlimit.New(1, time.Hour, addrlimit.WithStore(downStore{}), addrlimit.WithStoreFailure(p))
+		h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		var codes []int
+		for range 2 {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+			codes = append(codes, w.Code)
+		}
+		fmt.Println(p, codes)
+	}
+	// Output:
+	// local [200 429]
+	// open [200 200]
+	// closed [503 503]
 }
