@@ -45,6 +45,9 @@ func RemoteAddrKey(r *http.Request) (string, error) {
 // It accepts exactly what netip.ParseAddrPort or netip.ParseAddr accept, but
 // does not convert the port, which it ignores.
 func peerAddr(r *http.Request) (netip.Addr, error) {
+	if a, ok := clientip.ParseIPv4Port(r.RemoteAddr); ok {
+		return a, nil
+	}
 	host, bracketed, ok := clientip.SplitHostPort(r.RemoteAddr)
 	if !ok {
 		return netip.Addr{}, errRemoteAddr

@@ -107,7 +107,8 @@ type Limiter struct {
 	fast      *bucket.Table // set when keys are RemoteAddr and the store is mem
 	headers   *headers.Writer
 
-	allowed, limited, exempted, credentialed, keyErrors, storeErrors counter.Striped
+	// Counters of what the in-memory table does not count itself.
+	remoteAllowed, remoteLimited, exempted, credentialed, keyErrors, storeErrors counter.Striped
 }
 
 // New returns a Limiter that lets each key make limit requests per period
@@ -198,7 +199,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		switch {
 		case d.Degraded && l.failure == FailClosed:
 			if denied {
-				headers.WriteUnavailable(w.Header())
+				l.headers.WriteUnavailable(w.Header())
 			}
 		case d.Degraded && l.failure == FailOpen:
 			// The quota is unknown: send no quota fields.
@@ -234,19 +235,25 @@ var errEmptyKey = errors.New("addrlimit: KeyFunc returned an empty key")
 // decide charges r to its bucket. The key string is formatted only when
 // wantKey is set or the request is limited: the default path hashes the
 // address bytes and allocates nothing.
+//
+// Counting: decisions taken by the in-memory table are counted there, under
+// its shard lock; decisions of a remote store or of the failure policy are
+// counted here.
 func (l *Limiter) decide(r *http.Request, wantKey bool) Decision {
 	if l.exempt != nil && l.exempt(r) {
 		l.exempted.Inc()
 		return Decision{Outcome: Exempt}
 	}
-	var d Decision
 	if l.fast != nil {
 		if a, err := peerAddr(r); err == nil {
-			d = l.fromResult(l.mem.takeAddr(l.fast, keyAddr(a)))
-			if wantKey || d.Outcome == Limited {
+			d := l.fromResult(l.mem.takeAddr(l.fast, keyAddr(a)))
+			if d.Outcome == Limited {
+				l.countLimited(r)
+				d.Key = AddrKey(a)
+			} else if wantKey {
 				d.Key = AddrKey(a)
 			}
-			return l.count(r, d)
+			return d
 		}
 	}
 	key, keyErr := l.keyFunc(r)
@@ -259,28 +266,37 @@ func (l *Limiter) decide(r *http.Request, wantKey bool) Decision {
 	if keyErr != nil {
 		l.keyErrors.Inc()
 	}
-	d = l.take(r.Context(), key)
+	d := l.take(r.Context(), key)
 	d.Key = key
 	d.Err = errors.Join(keyErr, d.Err)
-	return l.count(r, d)
+	if d.Outcome == Limited {
+		l.countLimited(r)
+	}
+	return d
 }
 
 // take asks the store, applying the failure policy when it errs.
 func (l *Limiter) take(ctx context.Context, key string) Decision {
 	res, err := l.store.Take(ctx, key, l.policy)
 	if err == nil {
-		return l.fromResult(res)
+		d := l.fromResult(res)
+		if l.store != l.mem {
+			l.countRemote(d)
+		}
+		return d
 	}
 	l.storeErrors.Inc()
 	var d Decision
 	switch l.failure {
 	case FailOpen:
 		d = Decision{Outcome: Allowed, Limit: l.policy.Burst}
+		l.countRemote(d)
 	case FailClosed:
 		d = Decision{Outcome: Limited, Limit: l.policy.Burst, RetryAfter: time.Second}
 		d.DryRun = l.dryRun
+		l.countRemote(d)
 	default:
-		res, _ := l.mem.Take(ctx, key, l.policy) // same policy: cannot fail
+		res, _ := l.mem.Take(ctx, key, l.policy) // same policy: cannot fail; counted by the table
 		d = l.fromResult(res)
 	}
 	d.Degraded, d.Err = true, err
@@ -301,16 +317,20 @@ func (l *Limiter) fromResult(res Result) Decision {
 	return d
 }
 
-func (l *Limiter) count(r *http.Request, d Decision) Decision {
+// countRemote counts a decision that the in-memory table did not take.
+func (l *Limiter) countRemote(d Decision) {
 	if d.Outcome == Allowed {
-		l.allowed.Inc()
-		return d
+		l.remoteAllowed.Inc()
+	} else {
+		l.remoteLimited.Inc()
 	}
-	l.limited.Inc()
+}
+
+// countLimited notes a limited request that carried credentials.
+func (l *Limiter) countLimited(r *http.Request) {
 	if len(r.Header["Authorization"]) > 0 {
 		l.credentialed.Inc()
 	}
-	return d
 }
 
 type decisionKey struct{}
@@ -361,9 +381,10 @@ type Stats struct {
 // costs a pass over the table's shards, and suits expvar.Func or a metrics
 // collector that reads it at scrape time.
 func (l *Limiter) Stats() Stats {
+	allowed, limited := l.mem.counts()
 	return Stats{
-		Allowed:             l.allowed.Load(),
-		Limited:             l.limited.Load(),
+		Allowed:             allowed + l.remoteAllowed.Load(),
+		Limited:             limited + l.remoteLimited.Load(),
 		Exempt:              l.exempted.Load(),
 		CredentialedLimited: l.credentialed.Load(),
 		KeyErrors:           l.keyErrors.Load(),

@@ -152,6 +152,14 @@ func (m *MemoryStore) Evictions() uint64 {
 	return 0
 }
 
+// counts returns how many requests the store allowed and denied.
+func (m *MemoryStore) counts() (allowed, limited uint64) {
+	if t := m.loadTable(); t != nil {
+		return t.Counts()
+	}
+	return 0, 0
+}
+
 // Overflows returns how many requests were charged to the shared overflow
 // bucket because the table was full of empty buckets.
 func (m *MemoryStore) Overflows() uint64 {

@@ -44,7 +44,9 @@ type shard struct {
 	max       int
 	sweepAt   int // sweep before admitting a key at this size
 	evictions uint64
-	_         [24]byte // keep neighbouring shards off one cache line
+	allowed   uint64 // decisions, counted under mu: no atomics on the hot path
+	limited   uint64
+	_         [8]byte // keep neighbouring shards off one cache line
 }
 
 // NewTable returns a table for policy that keeps at most maxKeys buckets.
@@ -80,11 +82,21 @@ func (t *Table) Take(h uint64, now int64) Result {
 		t.overflows.Add(1)
 		return t.overflow.take(t.policy, 0, now)
 	}
-	tat, res := t.policy.Take(tat, now)
+	res := s.charge(t.policy, h, tat, now)
+	s.mu.Unlock()
+	return res
+}
+
+// charge applies one request to the bucket of h, whose state is tat, and
+// counts the decision. It runs with s.mu held.
+func (s *shard) charge(p Policy, h uint64, tat, now int64) Result {
+	tat, res := p.Take(tat, now)
 	if res.Allowed {
 		s.tats[h] = tat
+		s.allowed++
+	} else {
+		s.limited++
 	}
-	s.mu.Unlock()
 	return res
 }
 
@@ -130,12 +142,8 @@ func (s *shard) admit(p Policy, now int64) bool {
 
 func (s *shard) take(p Policy, h uint64, now int64) Result {
 	s.mu.Lock()
-	tat, res := p.Take(s.tats[h], now)
-	if res.Allowed {
-		s.tats[h] = tat
-	}
-	s.mu.Unlock()
-	return res
+	defer s.mu.Unlock()
+	return s.charge(p, h, s.tats[h], now)
 }
 
 // Len returns the number of buckets held, the overflow bucket excluded.
@@ -148,6 +156,20 @@ func (t *Table) Len() int {
 		s.mu.Unlock()
 	}
 	return n
+}
+
+// Counts returns how many requests the table allowed and denied.
+func (t *Table) Counts() (allowed, limited uint64) {
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		allowed, limited = allowed+s.allowed, limited+s.limited
+		s.mu.Unlock()
+	}
+	s := &t.overflow
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return allowed + s.allowed, limited + s.limited
 }
 
 // Evictions returns how many non-full buckets were dropped to make room.

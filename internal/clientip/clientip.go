@@ -194,6 +194,39 @@ func parseNode(s string, forwarded bool) (netip.Addr, bool) {
 	return Normalise(a), true
 }
 
+// ParseIPv4Port is a fast path for the common RemoteAddr "a.b.c.d:port" (or
+// "a.b.c.d"). It accepts only what netip.ParseAddrPort (or netip.ParseAddr)
+// accepts, and reports false for anything else, which the caller then parses
+// the general way.
+func ParseIPv4Port(s string) (netip.Addr, bool) {
+	var ip [4]byte
+	field, v, digits, i := 0, 0, 0, 0
+	for ; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case '0' <= c && c <= '9':
+			if digits == 1 && v == 0 {
+				return netip.Addr{}, false // leading zero
+			}
+			v, digits = v*10+int(c-'0'), digits+1
+			if v > 255 {
+				return netip.Addr{}, false
+			}
+			continue
+		case c == '.' && digits > 0 && field < 3:
+			ip[field] = byte(v)
+			field, v, digits = field+1, 0, 0
+			continue
+		}
+		break
+	}
+	if field != 3 || digits == 0 || (i < len(s) && !validPort(s[i:], false)) {
+		return netip.Addr{}, false
+	}
+	ip[3] = byte(v)
+	return netip.AddrFrom4(ip), true
+}
+
 // SplitHostPort splits a RemoteAddr of the form "host:port" or "[host]:port",
 // and returns a bare host ("192.0.2.1", "2001:db8::1") unchanged. The port
 // must be decimal and at most 65535; it is not returned.

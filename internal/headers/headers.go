@@ -1,14 +1,48 @@
 // Package headers renders addrlimit's response header fields. Everything that
-// does not depend on the request is rendered once per limiter, so that setting
-// the quota fields of an allowed request costs a single allocation (the value
-// slices, which must not be shared between responses).
+// does not depend on the request is rendered once per limiter, and the value
+// slices come from a small arena, so that setting the quota fields of an
+// allowed request usually allocates nothing.
 package headers
 
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 )
+
+// arena hands out value slots for header maps. Each slot belongs to exactly
+// one response: no two responses ever share a mutable []string element, so a
+// handler that edits its own header values in place cannot affect another
+// response. Slots are carved from chunks, one allocation per chunkSlots
+// values instead of one per response. Chunks circulate through a sync.Pool,
+// which hands a chunk to one goroutine at a time and keeps chunks local to a
+// processor, so concurrent requests neither contend nor share cache lines. A
+// used-up chunk is dropped and freed by the garbage collector once no
+// response refers to it. Safe for concurrent use; the zero value is ready.
+type arena struct {
+	pool sync.Pool // of *chunk
+}
+
+const chunkSlots = 128
+
+type chunk struct {
+	vals [chunkSlots]string
+	used int // owned by whoever holds the chunk
+}
+
+// take returns n fresh, zeroed slots (n <= chunkSlots).
+func (a *arena) take(n int) []string {
+	c, _ := a.pool.Get().(*chunk)
+	if c == nil || c.used+n > chunkSlots {
+		c = new(chunk)
+	}
+	v := c.vals[c.used : c.used+n : c.used+n]
+	if c.used += n; c.used < chunkSlots {
+		a.pool.Put(c)
+	}
+	return v
+}
 
 // Style selects the quota header fields.
 type Style uint8
@@ -76,6 +110,7 @@ type Writer struct {
 	limit    string   // X-RateLimit-Limit value
 	byRemain []string // RateLimit values for r = index, t = 0
 	byWait   []string // RateLimit values for r = 0, t = index
+	arena    arena
 }
 
 // New pre-renders the fields for a bucket of capacity burst refilled one token
@@ -120,7 +155,7 @@ func (w *Writer) Write(h http.Header, s State) {
 	if n == 0 {
 		return
 	}
-	vals := make([]string, n)
+	vals := w.arena.take(n)
 	i := 0
 	set := func(name, v string) {
 		vals[i] = v
@@ -158,8 +193,9 @@ func (w *Writer) rateLimit(r, t int) string {
 
 // WriteUnavailable sets the fields of a 503 sent because the store failed:
 // no quota (it is unknown), Retry-After: 1 and Cache-Control: no-store.
-func WriteUnavailable(h http.Header) {
-	vals := []string{"1", "no-store"}
+func (w *Writer) WriteUnavailable(h http.Header) {
+	vals := w.arena.take(2)
+	vals[0], vals[1] = "1", "no-store"
 	h[fieldRetryAfter] = vals[0:1:1]
 	h[fieldCache] = vals[1:2:2]
 }
