@@ -53,6 +53,7 @@ const (
 	Exempt
 )
 
+// String returns "allowed", "limited" or "exempt".
 func (o Outcome) String() string {
 	switch o {
 	case Allowed:

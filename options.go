@@ -185,6 +185,7 @@ const (
 	FailClosed
 )
 
+// String returns "local", "open" or "closed".
 func (p FailurePolicy) String() string {
 	switch p {
 	case FailLocal:
