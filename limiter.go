@@ -146,9 +146,6 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		failure:   c.failure,
 		store:     c.store,
 	}
-	style, _ := c.headers.internal()
-	l.headers = headers.New(style, c.burst, interval)
-
 	if m, ok := c.store.(*MemoryStore); ok {
 		l.mem = m
 	} else {
@@ -161,10 +158,12 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 			l.store = m
 		}
 	}
-	table, err := l.mem.bind(l.policy)
+	table, err := l.mem.bind(l.policy) // validates the policy
 	if err != nil {
 		return nil, err
 	}
+	style, _ := c.headers.internal()
+	l.headers = headers.New(style, c.burst, interval)
 	if l.keyFunc == nil {
 		l.keyFunc = RemoteAddrKey
 		if l.store == l.mem {
