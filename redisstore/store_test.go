@@ -184,12 +184,13 @@ func TestExemptTrafficNeverReachesRedis(t *testing.T) {
 func TestDenyCacheSparesRedis(t *testing.T) {
 	needRedis(t)
 	for _, tc := range []struct {
-		name  string
-		opts  []redisstore.Option
-		calls int64
+		name   string
+		opts   []redisstore.Option
+		calls  int64
+		cached int
 	}{
-		{"with cache", nil, 2},
-		{"without cache", []redisstore.Option{redisstore.WithDenyCache(0)}, 102},
+		{"with cache", nil, 2, 1},
+		{"without cache", []redisstore.Option{redisstore.WithDenyCache(0)}, 102, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := shared.client(t)
@@ -209,6 +210,9 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 			// EVALSHA per decision; the script is loaded by the first EVAL fallback.
 			if n := calls.n.Load(); n < tc.calls || n > tc.calls+1 {
 				t.Fatalf("%d script calls for 102 requests, want %d (+1 for loading the script)", n, tc.calls)
+			}
+			if n := s.DenyCacheLen(); n != tc.cached {
+				t.Fatalf("deny cache holds %d keys, want %d", n, tc.cached)
 			}
 		})
 	}

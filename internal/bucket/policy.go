@@ -44,9 +44,6 @@ func (p Policy) Burst() int { return int(p.burst) }
 // Interval is the time for one token to refill.
 func (p Policy) Interval() time.Duration { return time.Duration(p.interval) }
 
-// FullRefill is the time an empty bucket takes to fill completely.
-func (p Policy) FullRefill() time.Duration { return time.Duration(p.tau) }
-
 // Result is the outcome of one Take.
 type Result struct {
 	Allowed bool

@@ -137,9 +137,6 @@ func rateLimit(r, t int) string {
 	return `"default";r=` + strconv.Itoa(r) + ";t=" + strconv.Itoa(t)
 }
 
-// Policy returns the RateLimit-Policy value ("" unless the style is Draft).
-func (w *Writer) Policy() string { return w.policy }
-
 // Write sets the fields for s on h, replacing earlier values.
 func (w *Writer) Write(h http.Header, s State) {
 	n := 0
