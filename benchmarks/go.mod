@@ -3,7 +3,7 @@ module github.com/addrlimit/addrlimit/benchmarks
 go 1.26.0
 
 require (
-	github.com/addrlimit/addrlimit v0.0.0
+	github.com/addrlimit/addrlimit v0.1.0
 	github.com/didip/tollbooth/v7 v7.0.2
 	github.com/go-chi/httprate v0.16.1
 	github.com/sethvargo/go-limiter v0.7.1
