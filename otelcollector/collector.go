@@ -10,37 +10,41 @@
 //	...
 //	defer c.Unregister()
 //
-// Instruments, beside the names of the package promcollector (the figures
-// are the same; OpenTelemetry's Prometheus exporter gives a counter the
-// "_total" suffix and turns dots into underscores):
+// Instruments, beside the series of the package promcollector. The figures are
+// the same, and OpenTelemetry's Prometheus exporter
+// (go.opentelemetry.io/otel/exporters/prometheus) turns these instruments into
+// exactly promcollector's series (names, labels, types and help; by default
+// the exporter adds its otel_scope_* labels and a target_info series), so
+// dashboards and alerts work unchanged whichever module feeds them:
 //
-//	OpenTelemetry                   instrument                     unit        Prometheus (promcollector)
-//	addrlimit.requests              Int64ObservableCounter         {request}   addrlimit_requests_total{policy,outcome}
-//	addrlimit.refunded              Int64ObservableCounter         {request}   addrlimit_refunded_total
-//	addrlimit.credentialed_limited  Int64ObservableCounter         {request}   addrlimit_credentialed_limited_total
-//	addrlimit.retired_token_limited Int64ObservableCounter         {request}   addrlimit_retired_token_limited_total
-//	addrlimit.key_errors            Int64ObservableCounter         {request}   addrlimit_key_errors_total
-//	addrlimit.store_errors          Int64ObservableCounter         {error}     addrlimit_store_errors_total
-//	addrlimit.evictions             Int64ObservableCounter         {key}       addrlimit_evictions_total
-//	addrlimit.keys                  Int64ObservableUpDownCounter   {key}       addrlimit_keys{policy}
-//	addrlimit.approx_keys           Int64ObservableUpDownCounter   {key}       addrlimit_approx_keys
-//	addrlimit.approx_fill           Float64ObservableGauge         1           addrlimit_approx_fill
+//	OpenTelemetry                    instrument                    unit       Prometheus (promcollector)
+//	addrlimit.requests               Int64ObservableCounter        {request}  addrlimit_requests_total{policy,outcome}
+//	addrlimit.refunded               Int64ObservableCounter        {request}  addrlimit_refunded_total
+//	addrlimit.credentialed_limited   Int64ObservableCounter        {request}  addrlimit_credentialed_limited_total
+//	addrlimit.retired_token_limited  Int64ObservableCounter        {request}  addrlimit_retired_token_limited_total
+//	addrlimit.key_errors             Int64ObservableCounter        {request}  addrlimit_key_errors_total
+//	addrlimit.store_errors           Int64ObservableCounter        {error}    addrlimit_store_errors_total
+//	addrlimit.evictions              Int64ObservableCounter        {key}      addrlimit_evictions_total
+//	addrlimit.keys                   Int64ObservableUpDownCounter  {key}      addrlimit_keys{policy}
+//	addrlimit.approx_keys            Int64ObservableUpDownCounter  {key}      addrlimit_approx_keys
+//	addrlimit.approx_fill            Float64ObservableGauge        1          addrlimit_approx_fill_ratio
 //
 // addrlimit.requests has the attributes policy and outcome: "allowed" and
 // "limited" (dry-run decisions included) for each policy, and "exempt" with
 // policy="" (exempt requests bypass the limiter before a policy is chosen; no
 // policy can have the empty name). addrlimit.keys has the attribute policy.
-// The key counts are additive across limiters and processes, hence
-// up-down counters; approx_fill is a fraction from 0 to 1, hence a gauge. The
-// attribute names are those of the Prometheus labels, so dashboards read the
-// same either way. With WithName every observation also carries the attribute
-// limiter.
+// With WithName every observation also carries the attribute limiter. The
+// attributes are named like the Prometheus labels rather than namespaced: the
+// instrument names already are. The key counts add up across limiters and
+// processes, hence up-down counters; approx_fill is a fraction from 0 to 1,
+// hence a gauge. Counters saturate at the largest int64 instead of wrapping.
 //
 // Alert on addrlimit.retired_token_limited increasing: a caller still sends
 // an internal secret you retired (InternalToken.WithRetired) and is being
-// limited; nobody without the old secret can send it. addrlimit.credentialed_limited
-// is a weaker hint, since anyone can send "Authorization: Bearer junk". See
-// the package promcollector for the other alerts.
+// limited, and nobody without the old secret can send it.
+// addrlimit.credentialed_limited is a weaker hint, since anyone can send
+// "Authorization: Bearer junk". The package promcollector lists the other
+// alerts.
 package otelcollector
 
 import (

@@ -115,11 +115,12 @@ func collect(t *testing.T, r sdkmetric.Reader) (points, shapes map[string]string
 	return points, shapes
 }
 
-func newReader(t *testing.T) (*sdkmetric.ManualReader, *sdkmetric.MeterProvider) {
-	reader := sdkmetric.NewManualReader()
+// newProvider returns a meter provider that reports to reader and is shut
+// down when the test ends.
+func newProvider(t *testing.T, reader sdkmetric.Reader) *sdkmetric.MeterProvider {
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
-	return reader, provider
+	return provider
 }
 
 func diff(t *testing.T, what string, got, want map[string]string) {
@@ -138,7 +139,8 @@ func diff(t *testing.T, what string, got, want map[string]string) {
 
 func TestCollectorExactValues(t *testing.T) {
 	lim := limiterWithTraffic(t)
-	reader, provider := newReader(t)
+	reader := sdkmetric.NewManualReader()
+	provider := newProvider(t, reader)
 	c, err := otelcollector.New(lim, provider.Meter("test"), otelcollector.WithName("public"))
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +187,8 @@ func TestCollectorReadsAtCollection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader, provider := newReader(t)
+	reader := sdkmetric.NewManualReader()
+	provider := newProvider(t, reader)
 	if _, err := otelcollector.New(lim, provider.Meter("test")); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +211,8 @@ func TestCollectorReadsAtCollection(t *testing.T) {
 }
 
 func TestCollectorsShareAMeter(t *testing.T) {
-	reader, provider := newReader(t)
+	reader := sdkmetric.NewManualReader()
+	provider := newProvider(t, reader)
 	meter := provider.Meter("test")
 	public := limiterWithTraffic(t)
 	login, err := addrlimit.New(1, time.Hour)

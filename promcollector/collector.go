@@ -9,9 +9,9 @@
 //
 //	reg.MustRegister(promcollector.New(publicLimiter, "public"), promcollector.New(loginLimiter, "login"))
 //
-// Metrics (the package otelcollector exports the same figures through
-// OpenTelemetry; its names are these without "_total", "addrlimit_" written
-// "addrlimit."):
+// Metrics (the package otelcollector reports the same figures through
+// OpenTelemetry as addrlimit.requests, addrlimit.keys, ...; OpenTelemetry's
+// Prometheus exporter turns those into exactly these series):
 //
 //	addrlimit_requests_total{policy,outcome}  counter  decisions; outcome is "allowed" or "limited" (dry-run
 //	                                                   included) per policy, and "exempt" with policy=""
@@ -19,13 +19,13 @@
 //	addrlimit_credentialed_limited_total      counter  limited requests that carried an Authorization header
 //	                                                   (weak hint: anyone can send one)
 //	addrlimit_retired_token_limited_total     counter  limited requests that carried a retired internal secret
-//	                                                   (nobody can forge it: alert on this)
+//	                                                   (nobody else can send it: alert on this)
 //	addrlimit_key_errors_total                counter  requests whose key could not be determined cleanly
 //	addrlimit_store_errors_total              counter  store failures (decided by the failure policy)
 //	addrlimit_evictions_total                 counter  buckets moved from the exact table to the approximate memory
 //	addrlimit_keys{policy}                    gauge    exact buckets held in memory
 //	addrlimit_approx_keys                     gauge    estimated keys held only in the approximate memory
-//	addrlimit_approx_fill                     gauge    fraction (0 to 1) of the approximate memory's cells in use
+//	addrlimit_approx_fill_ratio               gauge    fraction (0 to 1) of the approximate memory's cells in use
 //
 // Exempt requests bypass the limiter before any policy is chosen, so their
 // series carries policy="" (in PromQL, the same as no policy label); no policy
@@ -45,10 +45,10 @@
 //     "Authorization: Bearer junk" and make it grow.
 //   - rate(addrlimit_store_errors_total[5m]) > 0: the store (e.g. Redis) is
 //     failing and the failure policy decides.
-//   - addrlimit_evictions_total growing or addrlimit_approx_fill approaching 1:
-//     more active clients than WithMaxKeys holds exactly (or a flood of
-//     addresses); decisions for the overflow are approximate and can only err
-//     towards limiting.
+//   - addrlimit_evictions_total growing, or addrlimit_approx_fill_ratio
+//     approaching 1: more active clients than WithMaxKeys holds exactly (or a
+//     flood of addresses); the clients beyond it are decided from the
+//     approximate memory.
 package promcollector
 
 import (
@@ -90,7 +90,7 @@ func New(lim *addrlimit.Limiter, name string) *Collector {
 		evictions:    desc("evictions_total", "Buckets moved out of the exact in-memory table into the approximate memory, to make room."),
 		keys:         desc("keys", "Exact buckets held in memory.", "policy"),
 		approxKeys:   desc("approx_keys", "Estimated number of keys whose state lives only in the approximate memory."),
-		approxFill:   desc("approx_fill", "Fraction (0 to 1) of the approximate memory's cells holding a live time; 0 before it exists."),
+		approxFill:   desc("approx_fill_ratio", "Fraction (0 to 1) of the approximate memory's cells holding a live time; 0 before it exists."),
 	}
 }
 

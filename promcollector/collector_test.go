@@ -78,9 +78,9 @@ func traffic(t testing.TB, lim *addrlimit.Limiter) {
 }
 
 const wantAll = `
-# HELP addrlimit_approx_fill Fraction (0 to 1) of the approximate memory's cells holding a live time; 0 before it exists.
-# TYPE addrlimit_approx_fill gauge
-addrlimit_approx_fill{limiter="public"} 0
+# HELP addrlimit_approx_fill_ratio Fraction (0 to 1) of the approximate memory's cells holding a live time; 0 before it exists.
+# TYPE addrlimit_approx_fill_ratio gauge
+addrlimit_approx_fill_ratio{limiter="public"} 0
 # HELP addrlimit_approx_keys Estimated number of keys whose state lives only in the approximate memory.
 # TYPE addrlimit_approx_keys gauge
 addrlimit_approx_keys{limiter="public"} 0
@@ -161,7 +161,7 @@ func TestCollectorScrapeAndLint(t *testing.T) {
 		`addrlimit_retired_token_limited_total{limiter="public"} 2`,
 		`addrlimit_requests_total{limiter="login",outcome="limited",policy="login"} 0`,
 		`addrlimit_keys{limiter="login",policy="default"} 0`,
-		`addrlimit_approx_fill{limiter="login"} 0`,
+		`addrlimit_approx_fill_ratio{limiter="login"} 0`,
 	} {
 		if !strings.Contains(string(body), line+"\n") {
 			t.Errorf("scrape lacks %q:\n%s", line, body)
