@@ -3,3 +3,5 @@ module github.com/addrlimit/addrlimit
 go 1.26.0
 
 require golang.org/x/time v0.16.0
+
+require github.com/stretchr/testify v1.12.1 // indirect
