@@ -110,18 +110,19 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, key bucketKey, n 
 	if n < 1 {
 		n, err = 1, errors.Join(err, ErrInvalidCost)
 	}
-	if err != nil {
-		l.keyErrors.Inc()
-	}
 	if n > ps.Burst {
 		// No bucket can ever pay this: refuse, charge nothing, and say when
 		// the bucket would at least be full.
+		l.keyErrors.Inc()
 		ps.limited.Inc()
 		return Decision{
 			Outcome: Limited, Policy: ps.Name, Cost: n, Limit: ps.Burst,
 			RetryAfter: time.Duration(ps.Burst) * ps.Interval, DryRun: l.dryRun,
 			Err: errors.Join(err, ErrCostOverBurst),
 		}
+	}
+	if err != nil {
+		l.keyErrors.Inc()
 	}
 	h := key.hash(l.seed)
 	if l.store == nil {

@@ -1,11 +1,19 @@
 package addrlimit_test
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestNewInternalTokenErrors(t *testing.T) {
@@ -103,4 +111,76 @@ func FuzzMatch(f *testing.F) {
 			t.Fatalf("Match(%q) = %v, want %v", v, got, want)
 		}
 	})
+}
+
+const retiredSecret = "old-internal-secret-0123456789ab"
+
+func TestRetiredSecretIsAnUnforgeableSignal(t *testing.T) {
+	tok, err := mustToken(t, secret).WithRetired(retiredSecret)
+	require.NoError(t, err)
+	var decisions []addrlimit.Decision
+	lim := mustNew(t, 2, time.Hour, addrlimit.WithInternalToken(tok),
+		addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { decisions = append(decisions, d) }))
+	h := lim.Handler(okHandler)
+
+	assert.Equal(t, 10, count(codes(h, 10, func() *http.Request { return req("10.0.0.1:1", "Authorization", "Bearer "+secret) }), 200), "accepted secret: exempt")
+	got := codes(h, 4, func() *http.Request { return req("10.0.0.2:1", "Authorization", "Bearer "+retiredSecret) })
+	assert.Equal(t, "[200 200 429 429]", fmt.Sprint(got), "a retired secret is not exempt")
+	junk := codes(h, 4, func() *http.Request { return req("10.0.0.3:1", "Authorization", "Bearer junk-junk-junk") })
+	assert.Equal(t, "[200 200 429 429]", fmt.Sprint(junk))
+
+	s := lim.Stats()
+	assert.Equal(t, uint64(2), s.RetiredTokenLimited, "only the retired secret counts")
+	assert.Equal(t, uint64(4), s.CredentialedLimited, "anyone can raise the weak hint")
+	retired := 0
+	for _, d := range decisions {
+		if d.RetiredToken {
+			retired++
+		}
+	}
+	assert.Equal(t, 4, retired, "every decision of a retired secret is flagged")
+	assert.Equal(t, 401, serve(tok.Require(okHandler), req("10.0.0.2:1", "Authorization", "Bearer "+retiredSecret)).Code, "internal routes refuse a retired secret")
+	assert.Equal(t, 200, serve(tok.Require(okHandler), req("10.0.0.2:1", "Authorization", "Bearer "+secret)).Code)
+}
+
+func TestWithRetiredErrors(t *testing.T) {
+	tok := mustToken(t, secret)
+	for _, tc := range []struct {
+		name    string
+		secrets []string
+		want    string
+	}{
+		{"none", nil, "at least one secret"},
+		{"too short", []string{"short"}, "retired secret 1 of 1 is 5 bytes"},
+		{"accepted too", []string{retiredSecret, secret}, "retired secret 2 of 2 is also an accepted secret"},
+		{"bad character", []string{retiredSecret + " "}, "outside RFC 6750"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tok.WithRetired(tc.secrets...)
+			require.ErrorContains(t, err, tc.want)
+			assert.NotContains(t, err.Error(), secret)
+			assert.NotContains(t, err.Error(), retiredSecret)
+		})
+	}
+}
+
+func TestInternalTokenPrintsNoSecretMaterial(t *testing.T) {
+	tok, err := mustToken(t, secret, "second-secret-0123456789abcdef").WithRetired(retiredSecret)
+	require.NoError(t, err)
+	holder := struct{ Tok *addrlimit.InternalToken }{tok}
+	var logged bytes.Buffer
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("config", "token", tok)
+	outputs := []string{logged.String()}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%x", "%X", "%q", "%d"} {
+		outputs = append(outputs, fmt.Sprintf(verb, tok), fmt.Sprintf(verb, holder))
+	}
+	for _, out := range outputs {
+		assert.Contains(t, out, "InternalToken(2 secrets, 1 retired)")
+		for _, s := range []string{secret, retiredSecret} {
+			d := sha256.Sum256([]byte(s))
+			assert.NotContains(t, out, s)
+			assert.NotContains(t, out, hex.EncodeToString(d[:4]))
+			assert.NotContains(t, out, fmt.Sprint(d[0], " ", d[1], " ", d[2]), "digest bytes in decimal")
+		}
+	}
 }

@@ -3,6 +3,7 @@ package addrlimit_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -65,3 +66,5 @@ func count(codes []int, code int) int {
 	}
 	return n
 }
+
+func netipAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

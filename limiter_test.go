@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestIncident replays the three observations of the incident write-up.
@@ -526,4 +528,34 @@ func TestOutcomeString(t *testing.T) {
 			t.Errorf("%d.String() = %q, want %q", o, got, want)
 		}
 	}
+}
+
+func TestFailLocalContinuesFromTheStoresState(t *testing.T) {
+	st := newFailingStore()
+	lim := mustNew(t, 5, time.Hour, addrlimit.WithStore(st))
+	h := lim.Handler(okHandler)
+	// A client spends 4 of 5 through the store; another is limited there.
+	require.Equal(t, "[200 200 200 200]", fmt.Sprint(codes(h, 4, func() *http.Request { return req("192.0.2.1:1") })))
+	require.Equal(t, "[200 200 200 200 200 429]", fmt.Sprint(codes(h, 6, func() *http.Request { return req("192.0.2.2:1") })))
+	st.down.Store(true)
+	// The local buckets continue where the store left them, instead of
+	// handing each client a fresh burst.
+	assert.Equal(t, "[200 429 429]", fmt.Sprint(codes(h, 3, func() *http.Request { return req("192.0.2.1:1") })))
+	assert.Equal(t, "[429 429]", fmt.Sprint(codes(h, 2, func() *http.Request { return req("192.0.2.2:1") })))
+	// A client the store never reported starts full.
+	assert.Equal(t, 5, count(codes(h, 6, func() *http.Request { return req("192.0.2.3:1") }), 200))
+	assert.Equal(t, uint64(11), lim.Stats().StoreErrors)
+}
+
+func TestFailurePolicyAppliesToEveryPolicy(t *testing.T) {
+	st := newFailingStore()
+	st.down.Store(true)
+	lim := mustNew(t, 1, time.Hour, addrlimit.WithStore(st), addrlimit.WithStoreFailure(addrlimit.FailClosed),
+		addrlimit.WithPolicy("partner", 10, time.Hour),
+		addrlimit.WithPolicySelector(func(*http.Request) (string, string, error) { return "partner", "acme", nil }))
+	w := serve(lim.Handler(okHandler), req("192.0.2.1:1"))
+	assert.Equal(t, 503, w.Code)
+	assert.Equal(t, "1", w.Header().Get("Retry-After"))
+	assert.Empty(t, w.Header().Get("RateLimit"), "the quota is unknown")
+	assert.NotContains(t, w.Body.String(), "10.9.9.9")
 }
