@@ -111,15 +111,7 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, key bucketKey, n 
 		n, err = 1, errors.Join(err, ErrInvalidCost)
 	}
 	if n > ps.Burst {
-		// No bucket can ever pay this: refuse, charge nothing, and say when
-		// the bucket would at least be full.
-		l.keyErrors.Inc()
-		ps.limited.Inc()
-		return Decision{
-			Outcome: Limited, Policy: ps.Name, Cost: n, Limit: ps.Burst,
-			RetryAfter: time.Duration(ps.Burst) * ps.Interval, DryRun: l.dryRun,
-			Err: errors.Join(err, ErrCostOverBurst),
-		}
+		return l.refuseCost(ctx, ps, key, n, err)
 	}
 	if err != nil {
 		l.keyErrors.Inc()
@@ -154,6 +146,27 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, key bucketKey, n 
 	}
 	d.Cost, d.Degraded, d.Err = n, true, errors.Join(err, storeErr)
 	d.DryRun = d.Outcome == Limited && l.dryRun
+	return d
+}
+
+// refuseCost refuses a cost that no bucket of ps can ever pay, charging
+// nothing. The decision reports the bucket's state (from the store, or the
+// local bucket if the store fails) and, as RetryAfter, a full refill: no
+// retry can succeed, so the client is told the longest wait there is.
+func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, key bucketKey, n int, err error) Decision {
+	l.keyErrors.Inc()
+	ps.limited.Inc()
+	h := key.hash(l.seed)
+	res := Result(ps.table.Peek(h, l.now()))
+	if l.store != nil {
+		if remote, storeErr := l.store.Peek(ctx, key.String(), ps.Policy); storeErr == nil {
+			res = remote
+		}
+	}
+	d := fromResult(ps, res)
+	d.Outcome, d.Cost, d.DryRun = Limited, n, l.dryRun
+	d.RetryAfter = time.Duration(ps.Burst) * ps.Interval
+	d.Err = errors.Join(err, ErrCostOverBurst)
 	return d
 }
 
