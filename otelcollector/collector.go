@@ -115,7 +115,7 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 	in.refunded = counter("addrlimit.refunded", "{request}", "Allowed requests whose tokens were given back because of their response status (WithRefund).")
 	in.credentialed = counter("addrlimit.credentialed_limited", "{request}", "Limited requests that carried an Authorization header. A weak hint: any client can send one.")
 	in.retired = counter("addrlimit.retired_token_limited", "{request}", "Limited requests that carried a retired internal token secret: a caller that missed a rotation, or a leaked old secret.")
-	in.keyErrors = counter("addrlimit.key_errors", "{request}", "Requests whose client key could not be determined cleanly (charged to a shared or fallback bucket).")
+	in.keyErrors = counter("addrlimit.key_errors", "{request}", "Requests whose key, policy or cost could not be determined cleanly; each was still charged.")
 	in.storeErrors = counter("addrlimit.store_errors", "{error}", "Store failures, decided by the limiter's failure policy.")
 	in.evictions = counter("addrlimit.evictions", "{key}", "Buckets moved out of the exact in-memory table into the approximate memory, to make room.")
 	var err error
@@ -123,7 +123,7 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 	errs = append(errs, err)
 	in.approxKeys, err = meter.Int64ObservableUpDownCounter("addrlimit.approx_keys", metric.WithUnit("{key}"), metric.WithDescription("Estimated number of keys whose state lives only in the approximate memory."))
 	errs = append(errs, err)
-	in.approxFill, err = meter.Float64ObservableGauge("addrlimit.approx_fill", metric.WithUnit("1"), metric.WithDescription("Fraction (0 to 1) of the approximate memory's cells holding a live time; 0 before it exists."))
+	in.approxFill, err = meter.Float64ObservableGauge("addrlimit.approx_fill", metric.WithUnit("1"), metric.WithDescription("Fraction (0 to 1) of the approximate memory's cells still holding a future time, in the fullest policy's table; 0 until a table first fills."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -57,7 +57,7 @@ func limiterWithTraffic(t *testing.T) *addrlimit.Limiter {
 		{4, "192.0.2.2:1", "/", "Bearer " + secret},             // 4 exempt
 		{5, "192.0.2.3:1", "/", "Bearer junk-token-0123456789"}, // 3 allowed, 2 limited credentialed
 		{5, "192.0.2.4:1", "/", "Bearer " + retired},            // 3 allowed, 2 limited credentialed, retired secret
-		{4, "192.0.2.5:1", "/free", ""},                         // 4 allowed and refunded
+		{4, "192.0.2.5:1", "/free", ""},                         // 4 allowed and refunded: full again, so no bucket kept
 		{1, "@", "/", ""},                                       // key error: 1 allowed in the unkeyed bucket
 	} {
 		for range c.n {
@@ -160,7 +160,7 @@ func TestCollectorExactValues(t *testing.T) {
 		"addrlimit.key_errors{limiter=public}":                              "1",
 		"addrlimit.store_errors{limiter=public}":                            "0",
 		"addrlimit.evictions{limiter=public}":                               "0",
-		"addrlimit.keys{limiter=public,policy=default}":                     "5",
+		"addrlimit.keys{limiter=public,policy=default}":                     "4",
 		"addrlimit.keys{limiter=public,policy=login}":                       "1",
 		"addrlimit.approx_keys{limiter=public}":                             "0",
 		"addrlimit.approx_fill{limiter=public}":                             "0",

@@ -15,7 +15,7 @@ import (
 // exporter, this package must give the very same text, so that dashboards and
 // alerts do not depend on which module feeds them.
 const wantPromcollector = `
-# HELP addrlimit_approx_fill_ratio Fraction (0 to 1) of the approximate memory's cells holding a live time; 0 before it exists.
+# HELP addrlimit_approx_fill_ratio Fraction (0 to 1) of the approximate memory's cells still holding a future time, in the fullest policy's table; 0 until a table first fills.
 # TYPE addrlimit_approx_fill_ratio gauge
 addrlimit_approx_fill_ratio{limiter="public"} 0
 # HELP addrlimit_approx_keys Estimated number of keys whose state lives only in the approximate memory.
@@ -27,12 +27,12 @@ addrlimit_credentialed_limited_total{limiter="public"} 4
 # HELP addrlimit_evictions_total Buckets moved out of the exact in-memory table into the approximate memory, to make room.
 # TYPE addrlimit_evictions_total counter
 addrlimit_evictions_total{limiter="public"} 0
-# HELP addrlimit_key_errors_total Requests whose client key could not be determined cleanly (charged to a shared or fallback bucket).
+# HELP addrlimit_key_errors_total Requests whose key, policy or cost could not be determined cleanly; each was still charged.
 # TYPE addrlimit_key_errors_total counter
 addrlimit_key_errors_total{limiter="public"} 1
 # HELP addrlimit_keys Exact buckets held in memory.
 # TYPE addrlimit_keys gauge
-addrlimit_keys{limiter="public",policy="default"} 5
+addrlimit_keys{limiter="public",policy="default"} 4
 addrlimit_keys{limiter="public",policy="login"} 1
 # HELP addrlimit_refunded_total Allowed requests whose tokens were given back because of their response status (WithRefund).
 # TYPE addrlimit_refunded_total counter

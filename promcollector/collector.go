@@ -20,12 +20,13 @@
 //	                                                   (weak hint: anyone can send one)
 //	addrlimit_retired_token_limited_total     counter  limited requests that carried a retired internal secret
 //	                                                   (nobody else can send it: alert on this)
-//	addrlimit_key_errors_total                counter  requests whose key could not be determined cleanly
+//	addrlimit_key_errors_total                counter  requests whose key, policy or cost was not clean (still charged)
 //	addrlimit_store_errors_total              counter  store failures (decided by the failure policy)
 //	addrlimit_evictions_total                 counter  buckets moved from the exact table to the approximate memory
 //	addrlimit_keys{policy}                    gauge    exact buckets held in memory
 //	addrlimit_approx_keys                     gauge    estimated keys held only in the approximate memory
-//	addrlimit_approx_fill_ratio               gauge    fraction (0 to 1) of the approximate memory's cells in use
+//	addrlimit_approx_fill_ratio               gauge    fraction (0 to 1) of the approximate memory's cells in use,
+//	                                                   in the fullest policy's table
 //
 // Exempt requests bypass the limiter before any policy is chosen, so their
 // series carries policy="" (in PromQL, the same as no policy label); no policy
@@ -45,10 +46,10 @@
 //     "Authorization: Bearer junk" and make it grow.
 //   - rate(addrlimit_store_errors_total[5m]) > 0: the store (e.g. Redis) is
 //     failing and the failure policy decides.
-//   - addrlimit_evictions_total growing, or addrlimit_approx_fill_ratio
-//     approaching 1: more active clients than WithMaxKeys holds exactly (or a
-//     flood of addresses); the clients beyond it are decided from the
-//     approximate memory.
+//   - addrlimit_evictions_total growing: more active clients than WithMaxKeys
+//     holds exactly per policy; the others are decided from the approximate
+//     memory. addrlimit_approx_fill_ratio rising: a flood of addresses; near
+//     1, newcomers start to share limits with the flood.
 package promcollector
 
 import (
@@ -85,12 +86,12 @@ func New(lim *addrlimit.Limiter, name string) *Collector {
 		refunded:     desc("refunded_total", "Allowed requests whose tokens were given back because of their response status (WithRefund)."),
 		credentialed: desc("credentialed_limited_total", "Limited requests that carried an Authorization header. A weak hint: any client can send one."),
 		retired:      desc("retired_token_limited_total", "Limited requests that carried a retired internal token secret: a caller that missed a rotation, or a leaked old secret."),
-		keyErrors:    desc("key_errors_total", "Requests whose client key could not be determined cleanly (charged to a shared or fallback bucket)."),
+		keyErrors:    desc("key_errors_total", "Requests whose key, policy or cost could not be determined cleanly; each was still charged."),
 		storeErrors:  desc("store_errors_total", "Store failures, decided by the limiter's failure policy."),
 		evictions:    desc("evictions_total", "Buckets moved out of the exact in-memory table into the approximate memory, to make room."),
 		keys:         desc("keys", "Exact buckets held in memory.", "policy"),
 		approxKeys:   desc("approx_keys", "Estimated number of keys whose state lives only in the approximate memory."),
-		approxFill:   desc("approx_fill_ratio", "Fraction (0 to 1) of the approximate memory's cells holding a live time; 0 before it exists."),
+		approxFill:   desc("approx_fill_ratio", "Fraction (0 to 1) of the approximate memory's cells still holding a future time, in the fullest policy's table; 0 until a table first fills."),
 	}
 }
 

@@ -67,7 +67,7 @@ func traffic(t testing.TB, lim *addrlimit.Limiter) {
 	send(4, "192.0.2.2:1", "/", "Bearer "+secret)               // 4 exempt
 	send(5, "192.0.2.3:1", "/", "Bearer junk-token-0123456789") // 3 allowed, 2 limited credentialed
 	send(5, "192.0.2.4:1", "/", "Bearer "+retired)              // 3 allowed, 2 limited credentialed with a retired secret
-	send(4, "192.0.2.5:1", "/free", "")                         // 4 allowed and refunded
+	send(4, "192.0.2.5:1", "/free", "")                         // 4 allowed and refunded: full again, so no bucket kept
 	send(1, "@", "/", "")                                       // key error, charged to the unkeyed bucket: 1 allowed
 	for range 3 {
 		lim.AllowKey(context.Background(), "login", "user@example.com", 1) // login: 2 allowed, 1 limited
@@ -78,7 +78,7 @@ func traffic(t testing.TB, lim *addrlimit.Limiter) {
 }
 
 const wantAll = `
-# HELP addrlimit_approx_fill_ratio Fraction (0 to 1) of the approximate memory's cells holding a live time; 0 before it exists.
+# HELP addrlimit_approx_fill_ratio Fraction (0 to 1) of the approximate memory's cells still holding a future time, in the fullest policy's table; 0 until a table first fills.
 # TYPE addrlimit_approx_fill_ratio gauge
 addrlimit_approx_fill_ratio{limiter="public"} 0
 # HELP addrlimit_approx_keys Estimated number of keys whose state lives only in the approximate memory.
@@ -90,12 +90,12 @@ addrlimit_credentialed_limited_total{limiter="public"} 4
 # HELP addrlimit_evictions_total Buckets moved out of the exact in-memory table into the approximate memory, to make room.
 # TYPE addrlimit_evictions_total counter
 addrlimit_evictions_total{limiter="public"} 0
-# HELP addrlimit_key_errors_total Requests whose client key could not be determined cleanly (charged to a shared or fallback bucket).
+# HELP addrlimit_key_errors_total Requests whose key, policy or cost could not be determined cleanly; each was still charged.
 # TYPE addrlimit_key_errors_total counter
 addrlimit_key_errors_total{limiter="public"} 1
 # HELP addrlimit_keys Exact buckets held in memory.
 # TYPE addrlimit_keys gauge
-addrlimit_keys{limiter="public",policy="default"} 5
+addrlimit_keys{limiter="public",policy="default"} 4
 addrlimit_keys{limiter="public",policy="login"} 1
 # HELP addrlimit_refunded_total Allowed requests whose tokens were given back because of their response status (WithRefund).
 # TYPE addrlimit_refunded_total counter
