@@ -50,6 +50,7 @@ package otelcollector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 
@@ -126,7 +127,7 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 	in.approxFill, err = meter.Float64ObservableGauge("addrlimit.approx_fill", metric.WithUnit("1"), metric.WithDescription("Fraction (0 to 1) of the approximate memory's cells still holding a future time, in the fullest policy's table; 0 until a table first fills."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("otelcollector: creating instruments: %w", err)
 	}
 
 	var base []attribute.KeyValue
@@ -160,7 +161,7 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 		in.requests, in.refunded, in.credentialed, in.retired, in.keyErrors, in.storeErrors, in.evictions,
 		in.keys, in.approxKeys, in.approxFill)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("otelcollector: registering the callback: %w", err)
 	}
 	return &Collector{reg: reg}, nil
 }
