@@ -8,6 +8,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -15,10 +16,13 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/otelcollector"
 	"github.com/addrlimit/addrlimit/promcollector"
 	"github.com/addrlimit/addrlimit/redisstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // The published versions of the core and the Redis store agree on the
@@ -63,6 +67,22 @@ func run() error {
 	if len(families) == 0 {
 		return fmt.Errorf("the collector exported no metric")
 	}
-	fmt.Printf("consumer: 2 allowed, 1 limited, %d metric families\n", len(families))
+
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer provider.Shutdown(context.Background())
+	oc, err := otelcollector.New(lim, provider.Meter("consumer"))
+	if err != nil {
+		return err
+	}
+	defer oc.Unregister()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		return err
+	}
+	if len(rm.ScopeMetrics) == 0 || len(rm.ScopeMetrics[0].Metrics) == 0 {
+		return fmt.Errorf("the OpenTelemetry collector reported no metric")
+	}
+	fmt.Printf("consumer: 2 allowed, 1 limited; %d Prometheus metric families, %d OpenTelemetry metrics\n", len(families), len(rm.ScopeMetrics[0].Metrics))
 	return nil
 }

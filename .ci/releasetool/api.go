@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"go/constant"
 	"go/types"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/exp/apidiff"
 	"golang.org/x/tools/go/packages"
@@ -104,7 +106,7 @@ func writePackageAPI(b *strings.Builder, pkg *types.Package) {
 		if basic, ok := c.Type().(*types.Basic); ok && basic.Info()&types.IsUntyped != 0 {
 			fmt.Fprintf(b, "const %s = %s\n", c.Name(), c.Val().ExactString())
 		} else {
-			fmt.Fprintf(b, "const %s %s = %s\n", c.Name(), ts(c.Type()), c.Val().ExactString())
+			fmt.Fprintf(b, "const %s %s = %s%s\n", c.Name(), ts(c.Type()), c.Val().ExactString(), durationNote(c))
 		}
 	}
 	for _, obj := range vars {
@@ -116,6 +118,20 @@ func writePackageAPI(b *strings.Builder, pkg *types.Package) {
 	for _, obj := range typs {
 		writeType(b, obj.(*types.TypeName), qual)
 	}
+}
+
+// durationNote is " // 1.5s" for a constant of type time.Duration, whose
+// value alone, in nanoseconds, is hard to read.
+func durationNote(c *types.Const) string {
+	n, ok := types.Unalias(c.Type()).(*types.Named)
+	if !ok || n.Obj().Pkg() == nil || n.Obj().Pkg().Path() != "time" || n.Obj().Name() != "Duration" {
+		return ""
+	}
+	ns, exact := constant.Int64Val(c.Val())
+	if !exact {
+		return ""
+	}
+	return " // " + time.Duration(ns).String()
 }
 
 func signature(sig *types.Signature, qual types.Qualifier) string {

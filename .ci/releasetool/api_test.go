@@ -74,7 +74,7 @@ func TestAPISummary(t *testing.T) {
 	want := `package lib // import "example.com/lib"
 const Off Mode = 0
 const On Mode = 1
-const Typed time.Duration = 2000000000
+const Typed time.Duration = 2000000000 // 2s
 const Untyped = 3
 var ErrX error
 func New(n int, opts ...Option) (*Thing, error)
@@ -200,7 +200,7 @@ func TestCompat(t *testing.T) {
 		err := compat(&out, root, mustFind(t, root), next)
 		return out.String(), err
 	}
-	if out, err := run(""); err != nil || !strings.Contains(out, "since v0.1.0 (patch)") || !strings.Contains(out, "since store/v0.1.0 (patch)") {
+	if out, err := run(""); err != nil || !strings.Contains(out, "lib: no API change since v0.1.0") || !strings.Contains(out, "store: no API change since store/v0.1.0") {
 		t.Fatalf("unchanged tree: err %v, output:\n%s", err, out)
 	}
 
@@ -211,7 +211,7 @@ func TestCompat(t *testing.T) {
 	if _, err := run("v0.1.1"); err == nil || !strings.Contains(err.Error(), "use v0.2.0 or higher") {
 		t.Errorf("addition released as a patch: err = %v", err)
 	}
-	if out, err := run("v0.2.0"); err != nil || !strings.Contains(out, "C: added") {
+	if out, err := run("v0.2.0"); err != nil || !strings.Contains(out, "compatible API changes since v0.1.0\nCompatible changes:\n- C: added") {
 		t.Errorf("addition released as v0.2.0: err %v, output:\n%s", err, out)
 	}
 

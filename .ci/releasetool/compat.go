@@ -127,7 +127,7 @@ func compat(w io.Writer, root string, mods []*Module, next string) error {
 		}
 		report := apidiff.ModuleChanges(old, cur)
 		k := kindOf(report)
-		fmt.Fprintf(w, "\n%s: API changes since %s (%s):\n", m.Path, tag, k)
+		fmt.Fprintf(w, "\n%s: %s since %s\n", m.Path, [...]string{"no API change", "compatible API changes", "INCOMPATIBLE API changes"}[k], tag)
 		if err := report.Text(w); err != nil {
 			return err
 		}
@@ -136,7 +136,7 @@ func compat(w io.Writer, root string, mods []*Module, next string) error {
 			errs = append(errs, fmt.Errorf("%s: %w", m.Path, err))
 			continue
 		}
-		fmt.Fprintf(w, "next release of %s: %s or higher\n", m.Path, need)
+		fmt.Fprintf(w, "the next release of %s must be %s or higher\n", m.Path, need)
 		if next != "" && semver.Compare(next, need) < 0 {
 			errs = append(errs, fmt.Errorf("%s: %s is too low after %s with %s-level API changes: use %s or higher", m.Path, next, prev, k, need))
 		}
