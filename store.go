@@ -125,20 +125,20 @@ func (m *MemoryStore) Take(_ context.Context, key string, p Policy) (Result, err
 	if err != nil {
 		return Result{}, err
 	}
-	return Result(t.Take(maphash.String(m.seed, key), m.now())), nil
+	return Result(t.Take(maphash.String(m.seed, key), m.now(), 1)), nil
 }
 
 // takeAddr is the Limiter's fast path for the default key: it hashes the
 // normalised address bytes instead of formatting the key string.
 func (m *MemoryStore) takeAddr(t *bucket.Table, a netip.Addr) Result {
 	b := a.As16()
-	return Result(t.Take(maphash.Bytes(m.seed, b[:]), m.now()))
+	return Result(t.Take(maphash.Bytes(m.seed, b[:]), m.now(), 1))
 }
 
 // Len returns the number of buckets held.
 func (m *MemoryStore) Len() int {
 	if t := m.loadTable(); t != nil {
-		return t.Len()
+		return t.Stats().Keys
 	}
 	return 0
 }
@@ -147,7 +147,7 @@ func (m *MemoryStore) Len() int {
 // make room for new keys.
 func (m *MemoryStore) Evictions() uint64 {
 	if t := m.loadTable(); t != nil {
-		return t.Evictions()
+		return t.Stats().Evictions
 	}
 	return 0
 }
@@ -155,7 +155,8 @@ func (m *MemoryStore) Evictions() uint64 {
 // counts returns how many requests the store allowed and denied.
 func (m *MemoryStore) counts() (allowed, limited uint64) {
 	if t := m.loadTable(); t != nil {
-		return t.Counts()
+		st := t.Stats()
+		return st.Allowed, st.Limited
 	}
 	return 0, 0
 }
@@ -163,9 +164,6 @@ func (m *MemoryStore) counts() (allowed, limited uint64) {
 // Overflows returns how many requests were charged to the shared overflow
 // bucket because the table was full of empty buckets.
 func (m *MemoryStore) Overflows() uint64 {
-	if t := m.loadTable(); t != nil {
-		return t.Overflows()
-	}
 	return 0
 }
 
