@@ -33,8 +33,12 @@ func newFlooder(t testing.TB, limit int, per time.Duration, opts ...addrlimit.Op
 
 // attacker is the i-th address of 10.0.0.0/8; newcomer the i-th of
 // 198.18.0.0/15, another /8.
-func attacker(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}) }
-func newcomer(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18 + byte(i>>16&1), byte(i >> 8), byte(i)}) }
+func attacker(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+}
+func newcomer(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{198, 18 + byte(i>>16&1), byte(i >> 8), byte(i)})
+}
 
 // allow sends one request from a and returns the decision, failing the test
 // on a degraded or erroneous decision (an exact count needs clean ones).
