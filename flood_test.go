@@ -83,9 +83,13 @@ func TestFloodNewcomersServed(t *testing.T) {
 	for _, interleave := range []bool{false, true} {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFlooder(t, 10, time.Minute, addrlimit.WithMaxKeys(1000))
+			short := 0 // attackers whose cells were all taken from the start
 			for i := range 1500 {
-				require.Equal(t, 10, f.drain(attacker(i)), "attacker %d", i)
+				if f.drain(attacker(i)) < 10 {
+					short++
+				}
 			}
+			assert.LessOrEqual(t, short, 15)
 			served := f.serveNewcomers(100, interleave, 1500)
 			t.Logf("interleave %v: %d/100 newcomers served; %+v", interleave, served, f.lim.Stats())
 			assert.GreaterOrEqual(t, served, 90)

@@ -10,9 +10,12 @@ const (
 	// evictionSample is how many buckets a shard at its cap inspects to admit
 	// a new key. Larger samples pick a better victim and cost more per new key.
 	evictionSample = 32
-	// sweepSample is how many buckets a shard below its cap inspects, dropping
-	// those that have refilled, each time it admits a new key.
-	sweepSample = 4
+	// A shard below its cap but holding at least minSweep buckets inspects
+	// sweepSample random buckets every sweepEvery new keys and drops those
+	// that have refilled: 2 inspections per new key on average.
+	minSweep    = 64
+	sweepSample = 8
+	sweepEvery  = 4
 )
 
 // Table holds the token buckets of many keys, identified by 64-bit hashes
@@ -42,10 +45,14 @@ const (
 // Memory: at most maxKeys exact buckets (a Go map entry each, about 20-35
 // bytes with the map's slack) plus, once a shard has filled, its sketch of
 // 4 rows x 4 x shard cap cells of 4 bytes (64 bytes per key of capacity); a
-// sketch left idle for 16 refill times is released. Below the cap, each new
-// key inspects sweepSample random buckets and drops those that have refilled,
-// so in steady state the table holds about sweepSample/(sweepSample-1) =
-// 4/3 times the keys active within one refill time, never more than maxKeys.
+// sketch left idle for 16 refill times is released. Below the cap, new keys
+// inspect 2 random buckets each on average (8 every 4th new key, once a
+// shard holds 64) and drop those that have refilled. If every key inserted
+// is eventually dropped, a table of N buckets holding L live ones drops
+// 2(N-L)/N per insert, so it settles at N = 2L: the table holds about twice
+// the keys active within one refill time (at least 64 per shard), never
+// more than maxKeys. Go maps do not shrink, so this is also what bounds the
+// table's memory below the cap.
 //
 // Reset and refunds: a bucket that is full but whose key the sketch would
 // still limit stays in the exact table as a full bucket, and is neither swept
@@ -64,8 +71,11 @@ type shard struct {
 	mu   sync.Mutex
 	tats map[uint64]int64 // exact buckets; nil until the first one
 	sk   *sketch          // approximate memory; nil until the shard fills
-	max  int
-	now  int64 // latest time seen, for Stats
+	max  int32
+	// admitted counts new keys admitted below the cap, to sweep every
+	// sweepEvery of them.
+	admitted uint32
+	now      int64 // latest time seen, for Stats
 	// Counted under mu: no atomics on the hot path.
 	evictions, allowed, limited uint64
 }
@@ -80,10 +90,11 @@ func NewTable(policy Policy, maxKeys int) *Table {
 	}
 	t := &Table{policy: policy, clock: newSketchClock(policy.tau), shards: make([]shard, n), mask: uint64(n - 1)}
 	for i := range t.shards {
-		t.shards[i].max = maxKeys / n
+		c := maxKeys / n
 		if i < maxKeys%n {
-			t.shards[i].max++
+			c++
 		}
+		t.shards[i].max = int32(min(c, math.MaxInt32)) // more than any memory holds
 	}
 	return t
 }
@@ -215,8 +226,12 @@ func (s *shard) makeRoom(t *Table, now int64) {
 	if s.sk != nil && s.sk.idle(t.clock, now) {
 		s.sk = nil // every cell free and unused for 16 refill times
 	}
-	if len(s.tats) < s.max {
-		s.sweep(t, now)
+	if len(s.tats) < int(s.max) {
+		if len(s.tats) >= minSweep {
+			if s.admitted++; s.admitted%sweepEvery == 0 {
+				s.sweep(t, now)
+			}
+		}
 		return
 	}
 	var victim uint64
@@ -245,7 +260,7 @@ func (s *shard) makeRoom(t *Table, now int64) {
 	s.evictions++
 	if victimTAT > now {
 		if s.sk == nil {
-			s.sk = newSketch(t.clock, s.max, now)
+			s.sk = newSketch(t.clock, int(s.max), now)
 		}
 		s.sk.merge(t.clock, victim, victimTAT, now)
 	}

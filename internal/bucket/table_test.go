@@ -72,24 +72,24 @@ func TestTableBelowCapMatchesPolicy(t *testing.T) {
 	assert.LessOrEqual(t, st.Keys, len(ks))
 }
 
-// Below the cap, each new key sweeps a few buckets: under churn the table
-// stays near the set of keys active within one refill time instead of
+// Below the cap, new keys sweep a few buckets: under churn the table stays
+// near twice the set of keys active within one refill time instead of
 // growing to its cap.
 func TestSweepKeepsTableNearLiveSet(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	p := mustPolicy(t, 10, 100*time.Millisecond) // refills in 1s
-	tab := NewTable(p, 1<<20)
-	const perSecond = 1000
-	for sec := range int64(60) {
+	p := mustPolicy(t, 10, 100*time.Millisecond) // one token refills in 100ms
+	tab := NewTable(p, 1<<20)                    // 256 shards, never swept below 64 keys each
+	const perSecond = 20_000
+	for sec := range int64(30) {
 		for _, h := range keys(rng, perSecond) {
 			tab.Take(h, sec*int64(time.Second), 1)
 		}
 	}
-	// Live: the last second's 1000 keys; the sweep bound is 4/3 of the keys
-	// active within one refill time (here up to 2000, since refill takes 1s).
+	// Live: the last second's keys; those of the second before have
+	// refilled. Without the sweep the table would hold all 600,000.
 	st := tab.Stats()
 	t.Logf("%d keys held", st.Keys)
-	assert.Less(t, st.Keys, 2*perSecond*4/3, "swept table holds %d keys", st.Keys)
+	assert.Less(t, st.Keys, 3*perSecond, "swept table holds %d keys", st.Keys)
 	assert.Zero(t, st.Evictions)
 }
 
@@ -246,24 +246,28 @@ func TestResetUnblocksAKeyInTheSketch(t *testing.T) {
 func TestSweepKeepsResetBucket(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	p := mustPolicy(t, 5, time.Second)
-	tab := NewTable(p, 16) // one shard
+	tab := NewTable(p, 127) // one shard
+	s := &tab.shards[0]
 	h := rng.Uint64()
 	evictIntoSketch(t, tab, rng, h, 0)
 	tab.Reset(h, 0)
-	// Empty the rest of the shard, then admit new keys below the cap: each
-	// sweeps random buckets, and h's is always among them.
-	for k := range tab.shards[0].tats {
-		if k != h {
-			tab.Reset(k, 0)
-			delete(tab.shards[0].tats, k) // the sketch limits k: drop it by hand
-		}
-	}
-	require.Len(t, tab.shards[0].tats, 1)
-	for range 8 {
+	// Replace the drained keys by 100 keys that spend one token at 0 and
+	// have refilled at 2s, when the sketch still limits h (until 5s).
+	clear(s.tats)
+	tab.Reset(h, 0)
+	for range 100 {
 		tab.Take(rng.Uint64(), 0, 1)
-		require.Contains(t, tab.shards[0].tats, h)
 	}
-	assert.Equal(t, p.Burst(), drain(tab, h, 0))
+	now := 2 * int64(time.Second)
+	require.True(t, tab.Peek(h, now).Allowed)
+	// New keys below the cap sweep the refilled ones, never h's.
+	for range 60 {
+		tab.Take(rng.Uint64(), now, 1)
+		require.Less(t, len(s.tats), int(s.max), "reached the cap: the sweep did not run")
+		require.Contains(t, s.tats, h)
+	}
+	require.Less(t, len(s.tats), 101+60-40, "the sweep dropped too few refilled buckets")
+	assert.Equal(t, p.Burst(), drain(tab, h, now))
 }
 
 func TestRefund(t *testing.T) {
@@ -358,8 +362,8 @@ func TestShardCaps(t *testing.T) {
 		tab := NewTable(p, n)
 		sum := 0
 		for i := range tab.shards {
-			require.GreaterOrEqual(t, tab.shards[i].max, 1, "maxKeys %d: shard %d", n, i)
-			sum += tab.shards[i].max
+			require.GreaterOrEqual(t, int(tab.shards[i].max), 1, "maxKeys %d: shard %d", n, i)
+			sum += int(tab.shards[i].max)
 		}
 		assert.Equal(t, n, sum, "maxKeys %d: shard caps", n)
 	}
