@@ -42,17 +42,18 @@ const (
 // shard capacity), the probability is about (1-exp(-F/w))^4 (see the
 // README's "Memory" section for figures).
 //
-// Memory: at most maxKeys exact buckets (a Go map entry each, about 20-35
-// bytes with the map's slack) plus, once a shard has filled, its sketch of
-// 4 rows x 4 x shard cap cells of 4 bytes (64 bytes per key of capacity); a
-// sketch left idle for 16 refill times is released. Below the cap, new keys
-// inspect 2 random buckets each on average (8 every 4th new key, once a
-// shard holds 64) and drop those that have refilled. If every key inserted
-// is eventually dropped, a table of N buckets holding L live ones drops
-// 2(N-L)/N per insert, so it settles at N = 2L: the table holds about twice
-// the keys active within one refill time (at least 64 per shard), never
-// more than maxKeys. Go maps do not shrink, so this is also what bounds the
-// table's memory below the cap.
+// Memory: at most maxKeys exact buckets, in open-addressing tables of 16-byte
+// slots at a load of at most 0.8 (20 bytes per key of capacity when full;
+// see exact), plus, once a shard has evicted, its sketch of 4 rows x 4 x
+// shard cap cells of 4 bytes (64 bytes per key of capacity), released after
+// 16 idle refill times: at most 84 bytes per key of capacity, and about
+// 16 KB of shard headers. Below the cap, new keys inspect 2 random buckets
+// each on average (8 every 4th new key, once a shard holds 64) and drop
+// those that have refilled. If every key inserted is eventually dropped, a
+// table of N buckets holding L live ones drops 2(N-L)/N per insert, so it
+// settles at N = 2L: the table holds about twice the keys active within one
+// refill time (at least 64 per shard), never more than maxKeys. Tables grow
+// but do not shrink, so this is also what bounds memory below the cap.
 //
 // Reset and refunds: a bucket that is full but whose key the sketch would
 // still limit stays in the exact table as a full bucket, and is neither swept
@@ -68,10 +69,10 @@ type Table struct {
 }
 
 type shard struct {
-	mu   sync.Mutex
-	tats map[uint64]int64 // exact buckets; nil until the first one
-	sk   *sketch          // approximate memory; nil until the shard fills
-	max  int32
+	mu  sync.Mutex
+	ex  exact   // exact buckets
+	sk  *sketch // approximate memory; nil until the shard fills
+	max int32
 	// admitted counts new keys admitted below the cap, to sweep every
 	// sweepEvery of them.
 	admitted uint32
@@ -104,28 +105,48 @@ func (t *Table) Policy() Policy { return t.policy }
 
 func (t *Table) shard(h uint64) *shard { return &t.shards[(h^h>>32)&t.mask] }
 
-// lock locks h's shard and records now for Stats.
-func (t *Table) lock(h uint64, now int64) *shard {
+// lock locks h's shard and records now for Stats. It returns h, or 1 for
+// h == 0, which marks empty slots (keys 0 and 1 share a bucket: a collision,
+// which limits more, never less).
+func (t *Table) lock(h uint64, now int64) (*shard, uint64) {
+	if h == 0 {
+		h = 1
+	}
 	s := t.shard(h)
 	s.mu.Lock()
 	if now > s.now {
 		s.now = now
 	}
-	return s
+	return s, h
+}
+
+// state returns h's exact state, or its estimate; ok says it is exact.
+func (s *shard) state(t *Table, h uint64, now int64) (tat int64, ok bool) {
+	if tat, ok = s.ex.get(h); !ok {
+		tat = s.estimate(t, h, now)
+	}
+	return tat, ok
 }
 
 // Take charges n tokens at now to the bucket of hash h (1 <= n <= Burst,
 // checked by the caller). A denied Take changes nothing.
 func (t *Table) Take(h uint64, now, n int64) Result {
-	s := t.lock(h, now)
-	tat, ok := s.tats[h]
-	if !ok {
+	s, h := t.lock(h, now)
+	i, ok := s.ex.find(h)
+	var tat int64
+	if ok {
+		tat = s.ex.slots[i].tat
+	} else {
 		tat = s.estimate(t, h, now)
 	}
 	next, res := t.policy.Take(tat, now, n)
 	if res.Allowed {
 		s.allowed++
-		s.put(t, h, next, now, ok)
+		if ok {
+			s.ex.slots[i].tat = next
+		} else {
+			s.put(t, h, next, now, false)
+		}
 	} else {
 		s.limited++
 	}
@@ -136,12 +157,9 @@ func (t *Table) Take(h uint64, now, n int64) Result {
 // Refund gives n tokens back at now to the bucket of hash h, never above
 // full (1 <= n <= Burst, checked by the caller).
 func (t *Table) Refund(h uint64, now, n int64) Result {
-	s := t.lock(h, now)
+	s, h := t.lock(h, now)
 	defer s.mu.Unlock()
-	tat, ok := s.tats[h]
-	if !ok {
-		tat = s.estimate(t, h, now)
-	}
+	tat, ok := s.state(t, h, now)
 	tat, res := t.policy.Refund(tat, now, n)
 	s.set(t, h, tat, now, ok)
 	return res
@@ -149,21 +167,18 @@ func (t *Table) Refund(h uint64, now, n int64) Result {
 
 // Peek reports the bucket of hash h at now without changing it.
 func (t *Table) Peek(h uint64, now int64) Result {
-	s := t.lock(h, now)
+	s, h := t.lock(h, now)
 	defer s.mu.Unlock()
-	tat, ok := s.tats[h]
-	if !ok {
-		tat = s.estimate(t, h, now)
-	}
+	tat, _ := s.state(t, h, now)
 	return t.policy.Peek(tat, now)
 }
 
 // Reset makes the bucket of hash h full at now, even if the approximate
 // memory would limit h: the full bucket is then kept exactly.
 func (t *Table) Reset(h uint64, now int64) {
-	s := t.lock(h, now)
+	s, h := t.lock(h, now)
 	defer s.mu.Unlock()
-	_, ok := s.tats[h]
+	_, ok := s.ex.get(h)
 	s.set(t, h, now, now, ok)
 }
 
@@ -171,9 +186,9 @@ func (t *Table) Reset(h uint64, now int64) {
 // now: full again after resetAfter, clamped to [0, Burst*Interval]. The
 // state is kept exactly, whatever the approximate memory says.
 func (t *Table) Mirror(h uint64, now int64, resetAfter time.Duration) {
-	s := t.lock(h, now)
+	s, h := t.lock(h, now)
 	defer s.mu.Unlock()
-	_, ok := s.tats[h]
+	_, ok := s.ex.get(h)
 	s.set(t, h, now+min(max(int64(resetAfter), 0), t.policy.tau), now, ok)
 }
 
@@ -199,7 +214,7 @@ func (s *shard) free(t *Table, h uint64, tat, now int64) bool {
 func (s *shard) set(t *Table, h uint64, tat, now int64, exists bool) {
 	if s.free(t, h, tat, now) {
 		if exists {
-			delete(s.tats, h)
+			s.ex.remove(h)
 		}
 		return
 	}
@@ -210,11 +225,8 @@ func (s *shard) set(t *Table, h uint64, tat, now int64, exists bool) {
 func (s *shard) put(t *Table, h uint64, tat, now int64, exists bool) {
 	if !exists {
 		s.makeRoom(t, now)
-		if s.tats == nil {
-			s.tats = make(map[uint64]int64)
-		}
 	}
-	s.tats[h] = tat
+	s.ex.set(h, tat, int(s.max))
 }
 
 // makeRoom prepares the shard to admit one new key. Below the cap it sweeps
@@ -226,37 +238,42 @@ func (s *shard) makeRoom(t *Table, now int64) {
 	if s.sk != nil && s.sk.idle(t.clock, now) {
 		s.sk = nil // every cell free and unused for 16 refill times
 	}
-	if len(s.tats) < int(s.max) {
-		if len(s.tats) >= minSweep {
+	if s.ex.n < int(s.max) {
+		if s.ex.n >= minSweep {
 			if s.admitted++; s.admitted%sweepEvery == 0 {
 				s.sweep(t, now)
 			}
 		}
 		return
 	}
+	// Pick the victim among a sample; drop the free buckets found instead,
+	// after the scan (removing shifts entries).
+	var free [evictionSample]uint64
+	nFree := 0
 	var victim uint64
 	victimRank, victimTAT := int64(math.MaxInt64), int64(0)
-	freed, n := false, 0
-	for h, tat := range s.tats {
+	s.ex.sample(evictionSample, func(h uint64, tat int64) bool {
 		rank := tat
 		if tat <= now {
 			if s.free(t, h, tat, now) {
-				delete(s.tats, h)
-				freed = true
+				free[nFree] = h
+				nFree++
+				return true
 			}
 			rank = math.MaxInt64 // kept full on purpose: evict last
 		}
-		if !freed && (n == 0 || rank < victimRank) {
+		if victim == 0 || rank < victimRank {
 			victim, victimRank, victimTAT = h, rank, tat
 		}
-		if n++; n == evictionSample {
-			break
+		return true
+	})
+	if nFree > 0 {
+		for _, h := range free[:nFree] {
+			s.ex.remove(h)
 		}
-	}
-	if freed || n == 0 {
 		return
 	}
-	delete(s.tats, victim)
+	s.ex.remove(victim)
 	s.evictions++
 	if victimTAT > now {
 		if s.sk == nil {
@@ -268,14 +285,17 @@ func (s *shard) makeRoom(t *Table, now int64) {
 
 // sweep drops the free buckets among sweepSample random ones.
 func (s *shard) sweep(t *Table, now int64) {
-	n := 0
-	for h, tat := range s.tats {
+	var free [sweepSample]uint64
+	nFree := 0
+	s.ex.sample(sweepSample, func(h uint64, tat int64) bool {
 		if s.free(t, h, tat, now) {
-			delete(s.tats, h)
+			free[nFree] = h
+			nFree++
 		}
-		if n++; n == sweepSample {
-			return
-		}
+		return true
+	})
+	for _, h := range free[:nFree] {
+		s.ex.remove(h)
 	}
 }
 
@@ -305,7 +325,7 @@ func (t *Table) Stats() TableStats {
 		now = max(now, s.now)
 		st.Allowed += s.allowed
 		st.Limited += s.limited
-		st.Keys += len(s.tats)
+		st.Keys += s.ex.n
 		st.Evictions += s.evictions
 		s.mu.Unlock()
 	}

@@ -23,6 +23,12 @@ func keys(rng *rand.Rand, n int) []uint64 {
 	return out
 }
 
+// has reports whether h has an exact bucket.
+func (s *shard) has(h uint64) bool {
+	_, ok := s.ex.get(h)
+	return ok
+}
+
 // drain takes every token of h at now and reports how many it got.
 func drain(tab *Table, h uint64, now int64) int {
 	n := 0
@@ -101,9 +107,9 @@ func TestEvictionPicksTheFullestBucket(t *testing.T) {
 	tab.Take(3, 0, 3)
 	tab.Take(4, 0, 1) // evicts key 1, which has 9 tokens left
 	s := &tab.shards[0]
-	assert.NotContains(t, s.tats, uint64(1), "key 1 (fullest) survived")
+	assert.False(t, s.has(1), "key 1 (fullest) survived")
 	for _, h := range []uint64{2, 3, 4} {
-		assert.Contains(t, s.tats, h, "key %d was evicted instead of the fullest", h)
+		assert.True(t, s.has(h), "key %d was evicted instead of the fullest", h)
 	}
 	assert.Equal(t, uint64(1), tab.Stats().Evictions)
 	// Key 1 comes back from the approximate memory with no more than its
@@ -114,7 +120,7 @@ func TestEvictionPicksTheFullestBucket(t *testing.T) {
 func TestFullBucketsAreDroppedForFree(t *testing.T) {
 	p := mustPolicy(t, 4, time.Second)
 	tab := NewTable(p, 8)
-	for h := range uint64(8) {
+	for h := uint64(1); h <= 8; h++ {
 		tab.Take(h, 0, 1)
 	}
 	now := int64(time.Second) // all refilled
@@ -209,7 +215,7 @@ func evictIntoSketch(t *testing.T, tab *Table, rng *rand.Rand, h uint64, now int
 	t.Helper()
 	drain(tab, h, now)
 	for i := 0; ; i++ {
-		if _, ok := tab.shard(h).tats[h]; !ok {
+		if !tab.shard(h).has(h) {
 			break
 		}
 		require.Less(t, i, 100_000, "key never evicted")
@@ -238,7 +244,7 @@ func TestResetUnblocksAKeyInTheSketch(t *testing.T) {
 	// wait a little longer than tau), a reset key needs no exact bucket.
 	later := int64(p.Burst()+1) * int64(p.Interval())
 	tab.Reset(h, later)
-	_, kept := tab.shard(h).tats[h]
+	kept := tab.shard(h).has(h)
 	assert.False(t, kept, "reset of an unlimited key kept a bucket")
 }
 
@@ -253,7 +259,7 @@ func TestSweepKeepsResetBucket(t *testing.T) {
 	tab.Reset(h, 0)
 	// Replace the drained keys by 100 keys that spend one token at 0 and
 	// have refilled at 2s, when the sketch still limits h (until 5s).
-	clear(s.tats)
+	s.ex = exact{}
 	tab.Reset(h, 0)
 	for range 100 {
 		tab.Take(rng.Uint64(), 0, 1)
@@ -263,10 +269,10 @@ func TestSweepKeepsResetBucket(t *testing.T) {
 	// New keys below the cap sweep the refilled ones, never h's.
 	for range 60 {
 		tab.Take(rng.Uint64(), now, 1)
-		require.Less(t, len(s.tats), int(s.max), "reached the cap: the sweep did not run")
-		require.Contains(t, s.tats, h)
+		require.Less(t, s.ex.n, int(s.max), "reached the cap: the sweep did not run")
+		require.True(t, s.has(h))
 	}
-	require.Less(t, len(s.tats), 101+60-40, "the sweep dropped too few refilled buckets")
+	require.Less(t, s.ex.n, 101+60-40, "the sweep dropped too few refilled buckets")
 	assert.Equal(t, p.Burst(), drain(tab, h, now))
 }
 
@@ -279,7 +285,7 @@ func TestRefund(t *testing.T) {
 	tab.Take(h, 0, 3)
 	assert.Equal(t, 4, tab.Refund(h, 0, 2).Remaining)
 	assert.Equal(t, 5, tab.Refund(h, 0, 5).Remaining, "refund above full")
-	_, kept := tab.shard(h).tats[h]
+	kept := tab.shard(h).has(h)
 	assert.False(t, kept, "a refunded full bucket was kept")
 
 	// A key known only to the sketch gets the refund on top of its estimate
