@@ -2,12 +2,14 @@ package bucket
 
 import (
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 )
 
-// benchKeys are the hashes the benchmarks cycle through.
-var benchKeys = keys(rand.New(rand.NewPCG(1, 1)), 1<<20)
+// benchKeys returns the hashes the benchmarks cycle through, made once, and
+// only when a benchmark runs.
+var benchKeys = sync.OnceValue(func() []uint64 { return keys(rand.New(rand.NewPCG(1, 1)), 1<<20) })
 
 // BenchmarkTakeAllowed: the allowed path of a key already in the table, one
 // key and 10,000 keys, with a budget that never runs out.
@@ -15,11 +17,12 @@ func BenchmarkTakeAllowed(b *testing.B) {
 	p := mustPolicy(b, 1<<30, time.Nanosecond)
 	for _, n := range []int{1, 10_000} {
 		b.Run(map[int]string{1: "keys=1", 10_000: "keys=10k"}[n], func(b *testing.B) {
+			ks := benchKeys()
 			tab := NewTable(p, 1<<20)
 			now, i := int64(0), 0
 			for b.Loop() {
 				now++
-				if !tab.Take(benchKeys[i], now, 1).Allowed {
+				if !tab.Take(ks[i], now, 1).Allowed {
 					b.Fatal("denied")
 				}
 				if i++; i == n {
@@ -62,7 +65,8 @@ func BenchmarkTakeNewKeyWhenFull(b *testing.B) {
 func BenchmarkTakeReturningAbuser(b *testing.B) {
 	p := mustPolicy(b, 5, 12*time.Second)
 	tab := NewTable(p, 100_000)
-	for _, h := range benchKeys[:200_000] {
+	ks := benchKeys()
+	for _, h := range ks[:200_000] {
 		for tab.Take(h, 0, 1).Allowed {
 		}
 	}
@@ -71,6 +75,6 @@ func BenchmarkTakeReturningAbuser(b *testing.B) {
 		if i++; i == 100_000 {
 			i = 0
 		}
-		tab.Take(benchKeys[i], 1, 1)
+		tab.Take(ks[i], 1, 1)
 	}
 }
