@@ -183,7 +183,9 @@ func Example_networkBudget() {
 	}
 	perAddress, _ := addrlimit.New(2, time.Hour)
 	perNetwork, _ := addrlimit.New(2*4, time.Hour, addrlimit.WithName("network"), addrlimit.WithKeyFunc(network))
-	h := perNetwork.Handler(perAddress.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	// The per-address limiter outside: a request it denies costs the network
+	// nothing, so one drained /64 cannot spend its siblings' share.
+	h := perAddress.Handler(perNetwork.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	served := 0
 	for i := range 100 { // one /48, 100 different /64s, 2 requests each
 		for range 2 {
