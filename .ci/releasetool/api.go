@@ -217,14 +217,22 @@ func beginMarker(modPath string) string {
 }
 func endMarker(modPath string) string { return "<!-- end api " + modPath + " -->" }
 
-// changelogSection locates the newest release section of a changelog: the
-// lines from the first "## v" heading up to the next "## " heading. It
-// returns the version the heading names and the section's line range.
+// errNoUnreleased means the changelog's newest release section is released
+// already: its API lists are history, and nothing may regenerate them.
+var errNoUnreleased = errors.New(`no unreleased section: add a heading "## vX.Y.Z (unreleased)" above the released ones`)
+
+// changelogSection locates the newest release section of a changelog, the
+// lines from the first "## v" heading up to the next "## " heading, and
+// returns the version its heading names and its line range. The section must
+// be unreleased (its heading says so); otherwise the error is errNoUnreleased.
 func changelogSection(lines []string) (version string, start, end int, err error) {
 	start = -1
 	for i, l := range lines {
 		if start < 0 {
 			if strings.HasPrefix(l, "## v") {
+				if !strings.Contains(l, "(unreleased)") {
+					return "", 0, 0, errNoUnreleased
+				}
 				start = i
 				version = strings.Fields(l)[1]
 			}
@@ -235,14 +243,14 @@ func changelogSection(lines []string) (version string, start, end int, err error
 		}
 	}
 	if start < 0 {
-		return "", 0, 0, errors.New(`no release section: add a heading "## vX.Y.Z (unreleased)"`)
+		return "", 0, 0, errNoUnreleased
 	}
 	return version, start, len(lines), nil
 }
 
-// rewriteChangelog replaces, in the newest release section of the changelog
-// text, the generated API block of each module with apis[i] (older sections
-// are history and stay as they are). A module without a block in that section
+// rewriteChangelog replaces, in the unreleased section of the changelog text,
+// the generated API block of each module with apis[i] (released sections are
+// history and stay as they are). A module without a block in that section
 // gets a new subsection at its end.
 func rewriteChangelog(text string, mods []*Module, apis []string) (string, error) {
 	lines := strings.Split(text, "\n")
@@ -293,10 +301,17 @@ func changelogAPI(root string, mods []*Module, file string, write bool) error {
 		return err
 	}
 	out, err := rewriteChangelog(string(data), pub, apis)
+	if errors.Is(err, errNoUnreleased) && !write {
+		fmt.Printf("%s: no unreleased section, no API list to check\n", file)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	if out == string(data) {
+		if !write {
+			fmt.Printf("%s: API lists up to date\n", file)
+		}
 		return nil
 	}
 	if !write {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,8 +152,13 @@ func TestRewriteChangelog(t *testing.T) {
 		t.Errorf("second rewrite changed the text (%v):\n%s", err, again)
 	}
 
-	if _, err := rewriteChangelog("# Changelog\n\n## Releasing\n", mods[:1], []string{"x\n"}); err == nil {
-		t.Error("a changelog without a release section was accepted")
+	for _, text := range []string{
+		"# Changelog\n\n## Releasing\n",
+		strings.Replace(changelog, "## v0.2.0 (unreleased)", "## v0.2.0 (2026-12-01)", 1),
+	} {
+		if _, err := rewriteChangelog(text, mods[:1], []string{"x\n"}); !errors.Is(err, errNoUnreleased) {
+			t.Errorf("a changelog without an unreleased section: err = %v, want errNoUnreleased", err)
+		}
 	}
 	broken := strings.Replace(changelog, "<!-- end api example.com/lib -->\n\n## v0.1.0", "\n## v0.1.0", 1)
 	if _, err := rewriteChangelog(broken, mods[:1], []string{"x\n"}); err == nil || !strings.Contains(err.Error(), "unmatched") {
