@@ -27,6 +27,9 @@ import (
 //     holder, before the string exists, and never again: it is as immutable as
 //     any Go string. Such strings may be shared afterwards (they are values).
 //
+// The cost of this: a handler that keeps one value (or its header map) keeps
+// the whole chunk or byte block it came from alive, a few kilobytes.
+//
 // The pool keeps chunks local to a processor, so concurrent requests neither
 // contend nor share cache lines. Safe for concurrent use; the zero value is
 // ready.

@@ -134,9 +134,13 @@ func New(style Style, name string, burst int, interval time.Duration) *Writer {
 	default:
 		return w
 	}
-	w.low = make([]string, min(burst, precomputed)+1)
-	for r := range w.low {
-		w.low[r] = render(r)
+	if style == XRateLimit {
+		w.low = smallInts[:min(burst, precomputed)+1]
+	} else {
+		w.low = make([]string, min(burst, precomputed)+1)
+		for r := range w.low {
+			w.low[r] = render(r)
+		}
 	}
 	for r := w.topFrom; r <= burst; r++ {
 		w.top = append(w.top, render(r))
