@@ -377,3 +377,15 @@ func TestPutUint(t *testing.T) {
 		check(v)
 	}
 }
+
+// BenchmarkInsertsOnly is the floor of BenchmarkWrite: the two draft fields
+// set from fixed slices, no arena.
+func BenchmarkInsertsOnly(b *testing.B) {
+	h := http.Header{}
+	policy, quota := []string{`"default";q=300;w=60`}, []string{`"default";r=299;t=0`}
+	for b.Loop() {
+		clear(h)
+		h[fieldPolicy] = policy
+		h[fieldRateLimit] = quota
+	}
+}
