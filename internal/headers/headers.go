@@ -219,6 +219,9 @@ func (w *Writer) write(h http.Header, s State, status int) []byte {
 	if n == 0 {
 		return nil
 	}
+	if status != 0 {
+		dropLength(h)
+	}
 	c := w.arena.get(n)
 	remaining := max(s.Remaining, 0)
 	wait := 0
@@ -279,14 +282,23 @@ func (w *Writer) WriteUnavailable(h http.Header) {
 // body is shared by all responses: Write must not modify it (the io.Writer
 // contract). Use WriteDenied instead when the quota fields are set too.
 func (w *Writer) WriteRefusal(h http.Header, status int) []byte {
+	dropLength(h)
 	c := w.arena.get(2)
 	body := refusal(h, c, status)
 	w.arena.put(c)
 	return body
 }
 
+// dropLength deletes a Content-Length that a handler may have set, as
+// http.Error does. Call it before setting fields: on a map that is still
+// empty, the usual case, it costs nothing.
+func dropLength(h http.Header) {
+	if len(h) > 0 {
+		delete(h, fieldLength)
+	}
+}
+
 func refusal(h http.Header, c *chunk, status int) []byte {
-	delete(h, fieldLength)
 	c.set(h, fieldType, plainText)
 	c.set(h, fieldTypeOptions, noSniff)
 	return Body(status)
