@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestWrite(t *testing.T) {
@@ -387,5 +388,12 @@ func BenchmarkInsertsOnly(b *testing.B) {
 		clear(h)
 		h[fieldPolicy] = policy
 		h[fieldRateLimit] = quota
+	}
+}
+
+// A chunk wastes less than one slot of its allocation size class.
+func TestChunkSize(t *testing.T) {
+	if got := unsafe.Sizeof(chunk{}); got > chunkSize || got <= chunkSize-16 {
+		t.Fatalf("a chunk is %d bytes, want (%d, %d]", got, chunkSize-16, chunkSize)
 	}
 }
