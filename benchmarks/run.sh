@@ -4,7 +4,7 @@
 # allowed and denied paths, runs the end-to-end rounds (net/http on one core,
 # wrk on the other, loopback only), keeps the raw figures in results/, and
 # writes BENCHMARKS.md from them (benchstat and cmd/report).
-# About 22 minutes on 2 cores: 15 for the benchmarks, 3 for retained memory,
+# About 20 minutes on 2 cores: 12 for the benchmarks, 3 for retained memory,
 # 4 for the end-to-end rounds. Run it on a quiet machine: other load shows up
 # as noise in every figure.
 #
