@@ -16,9 +16,10 @@ import (
 // redisServer is a redis-server process on a loopback port, started and
 // stopped by the tests themselves.
 type redisServer struct {
-	port int
-	dir  string
-	cmd  *exec.Cmd
+	port  int
+	dir   string
+	extra []string // more redis-server arguments
+	cmd   *exec.Cmd
 }
 
 const installHint = "redis-server not found: install it (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis)"
@@ -86,8 +87,9 @@ func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port)
 
 // start runs redis-server without persistence and waits until it answers.
 func (s *redisServer) start() error {
-	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no", "--loglevel", "warning")
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no", "--loglevel", "warning"}, s.extra...)
+	s.cmd = exec.Command("redis-server", args...)
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
@@ -122,4 +124,24 @@ func (s *redisServer) client(t testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// startServer starts a private redis-server for one test, killed when the
+// test ends.
+func startServer(t testing.TB, extra ...string) *redisServer {
+	t.Helper()
+	needRedis(t)
+	srv, err := newRedisServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.extra = extra
+	t.Cleanup(func() {
+		srv.stop()
+		os.RemoveAll(srv.dir)
+	})
+	if err := srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }
