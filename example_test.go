@@ -254,7 +254,7 @@ func ExampleNewLogObserver() {
 		h.ServeHTTP(httptest.NewRecorder(), r)
 	}
 	// Output:
-	// level=WARN msg="addrlimit: request with credentials limited" key=10.0.0.7 method=PUT route=/agents/42/progress outcome=limited mode=enforced remaining=0 retry_after=1h0m0s credentialed=true suppressed=0
+	// level=WARN msg="addrlimit: request with credentials limited" policy=default key=10.0.0.7 method=PUT route=/agents/42/progress outcome=limited mode=enforced cost=1 remaining=0 retry_after=1h0m0s credentialed=true retired_token=false suppressed=0
 }
 
 // Stats is cheap to read concurrently; publish it with expvar (or the
@@ -320,8 +320,8 @@ func ExampleWithBurst() {
 			allowed++
 		}
 	}
-	fmt.Println("allowed at once:", allowed, "policy:", lim.Policy())
-	// Output: allowed at once: 10 policy: {10 1s}
+	fmt.Println("allowed at once:", allowed, "policy:", lim.Policies()[0])
+	// Output: allowed at once: 10 policy: {default 10 1s}
 }
 
 // WithExempt takes any predicate a client cannot forge; InternalToken.Match is
@@ -382,23 +382,26 @@ func ExampleWithObserver() {
 	// map[allowed:2 limited:1]
 }
 
-// WithStore sets where buckets live; a MemoryStore of your own lets you read
-// its size directly. (For a fleet, see the redisstore module.)
-func ExampleWithStore() {
-	store, _ := addrlimit.NewMemoryStore(10_000)
-	lim, _ := addrlimit.New(10, time.Second, addrlimit.WithStore(store))
-	lim.Allow(httptest.NewRequest("GET", "/", nil))
-	fmt.Println("buckets:", store.Len())
-	// Output: buckets: 1
-}
-
 // downStore is a Store whose backend is unreachable.
 type downStore struct{}
 
-func (downStore) Take(context.Context, string, addrlimit.Policy) (addrlimit.Result, error) {
-	return addrlimit.Result{}, errors.New("dial tcp 10.0.0.9:6379: connection refused")
+var errDown = errors.New("dial tcp 10.0.0.9:6379: connection refused")
+
+func (downStore) Take(context.Context, string, addrlimit.Policy, int) (addrlimit.Result, error) {
+	return addrlimit.Result{}, errDown
 }
 
+func (downStore) Refund(context.Context, string, addrlimit.Policy, int) (addrlimit.Result, error) {
+	return addrlimit.Result{}, errDown
+}
+
+func (downStore) Peek(context.Context, string, addrlimit.Policy) (addrlimit.Result, error) {
+	return addrlimit.Result{}, errDown
+}
+
+func (downStore) Reset(context.Context, string, addrlimit.Policy) error { return errDown }
+
+// WithStore sets where buckets live (for a fleet, see the redisstore module);
 // WithStoreFailure decides what a store outage means: the default FailLocal
 // keeps limiting with local buckets; FailClosed answers 503; FailOpen lets
 // everything through. The error never reaches the client.

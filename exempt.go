@@ -5,6 +5,8 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 )
 
@@ -15,19 +17,21 @@ const (
 )
 
 // InternalToken recognises requests from your own services by the bearer
-// token they already send to internal routes. Use Match with WithExempt so
-// those requests bypass the per-address limit, and Require to guard the
-// internal routes with the very same check.
+// token they already send to internal routes. Give it to a Limiter with
+// WithInternalToken so those requests bypass the per-address limit, and use
+// Require to guard the internal routes with the very same check.
 //
 // Exemption is a bypass: a request that matches is not counted or limited at
 // all. Anyone holding the token has it, so keep the token secret (out of
 // logs, URLs and client-side code) and rotate it by configuring the new
 // secret next to the old one until every caller has switched.
 //
-// An InternalToken keeps only SHA-256 digests of its secrets. It is immutable
-// and safe for concurrent use.
+// An InternalToken keeps only SHA-256 digests of its secrets, and prints as
+// "InternalToken(N secrets)" whatever the fmt verb, so it cannot leak them
+// into a log. It is immutable and safe for concurrent use.
 type InternalToken struct {
-	digests [][sha256.Size]byte
+	digests [][sha256.Size]byte // accepted secrets
+	retired [][sha256.Size]byte // recognised, never accepted
 }
 
 // NewInternalToken returns a token that accepts any of secrets (several during
@@ -38,22 +42,80 @@ func NewInternalToken(secrets ...string) (*InternalToken, error) {
 	if len(secrets) == 0 {
 		return nil, errors.New("addrlimit: NewInternalToken needs at least one secret")
 	}
-	t := &InternalToken{digests: make([][sha256.Size]byte, len(secrets))}
+	digests, err := digestSecrets("secret", secrets)
+	if err != nil {
+		return nil, err
+	}
+	return &InternalToken{digests: digests}, nil
+}
+
+// WithRetired returns a copy of t that also recognises secrets that are no
+// longer accepted: a request carrying one is not exempt and Require answers
+// it 401, like any wrong token, but the Limiter marks its Decision
+// RetiredToken and counts it in Stats.RetiredTokenLimited when it is
+// limited. Only your own services know a retired secret, so that signal,
+// unlike "some request with credentials was limited", cannot be forged by a
+// client: alert on it. A secret may not be both accepted and retired. The
+// rules and errors for the secrets are those of NewInternalToken.
+func (t *InternalToken) WithRetired(secrets ...string) (*InternalToken, error) {
+	if len(secrets) == 0 {
+		return nil, errors.New("addrlimit: WithRetired needs at least one secret")
+	}
+	retired, err := digestSecrets("retired secret", secrets)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range retired {
+		for _, d := range t.digests {
+			if r == d {
+				return nil, fmt.Errorf("addrlimit: retired secret %d of %d is also an accepted secret", i+1, len(secrets))
+			}
+		}
+	}
+	return &InternalToken{digests: t.digests, retired: append(t.retired[:len(t.retired):len(t.retired)], retired...)}, nil
+}
+
+// digestSecrets validates secrets and returns their digests. Errors say
+// which secret is wrong and why, never what it is.
+func digestSecrets(what string, secrets []string) ([][sha256.Size]byte, error) {
+	digests := make([][sha256.Size]byte, len(secrets))
 	for i, s := range secrets {
 		switch {
 		case s == "":
-			return nil, fmt.Errorf("addrlimit: internal token secret %d of %d is empty", i+1, len(secrets))
+			return nil, fmt.Errorf("addrlimit: internal token %s %d of %d is empty", what, i+1, len(secrets))
 		case len(s) < MinTokenLen:
-			return nil, fmt.Errorf("addrlimit: internal token secret %d of %d is %d bytes, shorter than the minimum of %d", i+1, len(secrets), len(s), MinTokenLen)
+			return nil, fmt.Errorf("addrlimit: internal token %s %d of %d is %d bytes, shorter than the minimum of %d", what, i+1, len(secrets), len(s), MinTokenLen)
 		case len(s) > MaxTokenLen:
-			return nil, fmt.Errorf("addrlimit: internal token secret %d of %d is %d bytes, longer than the maximum of %d", i+1, len(secrets), len(s), MaxTokenLen)
+			return nil, fmt.Errorf("addrlimit: internal token %s %d of %d is %d bytes, longer than the maximum of %d", what, i+1, len(secrets), len(s), MaxTokenLen)
 		case !isB64Token(s):
-			return nil, fmt.Errorf("addrlimit: internal token secret %d of %d has a character outside RFC 6750 b64token (A-Z a-z 0-9 - . _ ~ + / then = padding; check for spaces or a trailing newline)", i+1, len(secrets))
+			return nil, fmt.Errorf("addrlimit: internal token %s %d of %d has a character outside RFC 6750 b64token (A-Z a-z 0-9 - . _ ~ + / then = padding; check for spaces or a trailing newline)", what, i+1, len(secrets))
 		}
-		t.digests[i] = sha256.Sum256([]byte(s))
+		digests[i] = sha256.Sum256([]byte(s))
 	}
-	return t, nil
+	return digests, nil
 }
+
+// String returns "InternalToken(N secrets)" (retired ones counted apart),
+// never anything derived from a secret.
+func (t *InternalToken) String() string {
+	if t == nil {
+		return "InternalToken(nil)"
+	}
+	if len(t.retired) > 0 {
+		return fmt.Sprintf("InternalToken(%d secrets, %d retired)", len(t.digests), len(t.retired))
+	}
+	return fmt.Sprintf("InternalToken(%d secrets)", len(t.digests))
+}
+
+// Format prints String for every verb (%v, %+v, %#v, %s, %x, …), so that no
+// formatting of a token or of a struct holding one reveals digests.
+func (t *InternalToken) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, t.String()) }
+
+// GoString returns String.
+func (t *InternalToken) GoString() string { return t.String() }
+
+// LogValue makes log/slog print String.
+func (t *InternalToken) LogValue() slog.Value { return slog.StringValue(t.String()) }
 
 // Match reports whether r carries exactly one Authorization header field of
 // the form "Bearer <token>" (scheme in any case) with a token equal to one of
@@ -61,23 +123,45 @@ func NewInternalToken(secrets ...string) (*InternalToken, error) {
 // secret without stopping early, so the response time reveals neither the
 // secrets nor their lengths. A missing, repeated, empty or malformed header,
 // another scheme or a wrong token gives false.
-func (t *InternalToken) Match(r *http.Request) bool {
+func (t *InternalToken) Match(r *http.Request) bool { return t.classify(r) == tokenAccepted }
+
+// tokenClass is what a request's bearer token is to an InternalToken.
+type tokenClass uint8
+
+const (
+	tokenNone     tokenClass = iota // no bearer token, or an unknown one
+	tokenAccepted                   // one of the secrets: exempt
+	tokenRetired                    // a retired secret: counted, and flagged
+)
+
+// classify hashes r's bearer token once and compares the digest with every
+// accepted and retired secret in constant time, without stopping early.
+func (t *InternalToken) classify(r *http.Request) tokenClass {
 	tok, ok := bearerToken(r.Header)
 	if !ok {
-		return false
+		return tokenNone
 	}
 	var buf [MaxTokenLen]byte
 	d := sha256.Sum256(buf[:copy(buf[:], tok)])
-	match := 0
+	accepted, retired := 0, 0
 	for i := range t.digests {
-		match |= subtle.ConstantTimeCompare(d[:], t.digests[i][:])
+		accepted |= subtle.ConstantTimeCompare(d[:], t.digests[i][:])
 	}
-	return match == 1
+	for i := range t.retired {
+		retired |= subtle.ConstantTimeCompare(d[:], t.retired[i][:])
+	}
+	switch {
+	case accepted == 1:
+		return tokenAccepted
+	case retired == 1:
+		return tokenRetired
+	}
+	return tokenNone
 }
 
 // Require returns a handler that serves next only for requests that Match,
-// and answers all others 401 Unauthorized with "WWW-Authenticate: Bearer" and
-// a fixed body.
+// and answers all others (retired secrets included) 401 Unauthorized with
+// "WWW-Authenticate: Bearer" and a fixed body.
 func (t *InternalToken) Require(next http.Handler) http.Handler {
 	if next == nil {
 		panic("addrlimit: InternalToken.Require called with a nil handler")

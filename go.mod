@@ -3,3 +3,8 @@ module github.com/addrlimit/addrlimit
 go 1.26.0
 
 require golang.org/x/time v0.16.0
+
+require (
+	github.com/stretchr/testify v1.12.1
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)

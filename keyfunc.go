@@ -1,7 +1,6 @@
 package addrlimit
 
 import (
-	"errors"
 	"net/http"
 	"net/netip"
 
@@ -10,12 +9,13 @@ import (
 
 // KeyFunc returns the key of the bucket a request is charged to.
 //
-// Contract: with a nil error the key is used (an empty key counts as an
-// error). With a non-nil error and an empty key, the request is charged to
-// the shared bucket UnkeyedKey: a KeyFunc failure is never a bypass. With a
-// non-nil error and a non-empty key, the key is used and the error is reported
-// to observers as a warning (Decision.Err); TrustedProxyKey does this when a
-// proxy header is malformed. Error texts never reach the client.
+// Contract: with a nil error the key is used (an empty key counts as the
+// error ErrEmptyKey). With a non-nil error and an empty key, the request is
+// charged to the shared bucket UnkeyedKey: a KeyFunc failure is never a
+// bypass. With a non-nil error and a non-empty key, the key is used and the
+// error is reported to observers as a warning (Decision.Err); TrustedProxyKey
+// does this when a proxy header is malformed. Error texts never reach the
+// client.
 //
 // A KeyFunc is called concurrently and must be safe for that.
 type KeyFunc func(*http.Request) (string, error)
@@ -25,13 +25,13 @@ type KeyFunc func(*http.Request) (string, error)
 // Unix socket peer, or a KeyFunc error). AddrKey never returns it.
 const UnkeyedKey = "addrlimit:unkeyed"
 
-// errRemoteAddr is returned for a RemoteAddr that holds no IP address.
-var errRemoteAddr = errors.New("addrlimit: RemoteAddr is not an IP address")
-
 // RemoteAddrKey is the default KeyFunc: the connection's peer address, from
 // r.RemoteAddr, normalised by AddrKey (port ignored). It never reads a header,
 // so a client cannot choose its key; behind a proxy, every client shares the
-// proxy's key, so use TrustedProxyKey there.
+// proxy's key, so use TrustedProxyKey there. Its error is ErrNoClientAddress.
+//
+// A Limiter without WithKeyFunc computes exactly this key without
+// allocating; giving it explicitly changes nothing but speed.
 func RemoteAddrKey(r *http.Request) (string, error) {
 	a, err := peerAddr(r)
 	if err != nil {
@@ -50,24 +50,13 @@ func peerAddr(r *http.Request) (netip.Addr, error) {
 	}
 	host, bracketed, ok := clientip.SplitHostPort(r.RemoteAddr)
 	if !ok {
-		return netip.Addr{}, errRemoteAddr
+		return netip.Addr{}, ErrNoClientAddress
 	}
 	a, err := netip.ParseAddr(host)
 	if err != nil || bracketed && !a.Is6() {
-		return netip.Addr{}, errRemoteAddr
+		return netip.Addr{}, ErrNoClientAddress
 	}
 	return clientip.Normalise(a), nil
-}
-
-// keyAddr is the normalisation behind AddrKey: IPv4-mapped IPv6 unmapped
-// first, zone dropped, IPv6 masked to its /64.
-func keyAddr(a netip.Addr) netip.Addr {
-	a = clientip.Normalise(a)
-	if a.Is6() {
-		p, _ := a.Prefix(64)
-		return p.Addr()
-	}
-	return a
 }
 
 // AddrKey returns the bucket key of address a: an IPv4 address as itself
@@ -77,12 +66,24 @@ func keyAddr(a netip.Addr) netip.Addr {
 // Custom KeyFuncs that derive addresses should key them with AddrKey, so that
 // one client cannot appear under several keys.
 func AddrKey(a netip.Addr) string {
+	var buf [maxAddrKeyLen]byte
+	return string(appendAddrKey(buf[:0], a))
+}
+
+// maxAddrKeyLen is the longest AddrKey: a full IPv6 /64 prefix.
+const maxAddrKeyLen = len("ffff:ffff:ffff:ffff::/64")
+
+// appendAddrKey appends AddrKey(a) to b: unmapped first (so that an IPv4
+// client has one key however it is written), zone dropped, IPv6 masked to
+// its /64. It appends nothing for the zero Addr.
+func appendAddrKey(b []byte, a netip.Addr) []byte {
 	if !a.IsValid() {
-		return ""
+		return b
 	}
-	a = keyAddr(a)
-	if a.Is6() {
-		return netip.PrefixFrom(a, 64).String()
+	a = clientip.Normalise(a)
+	if a.Is4() {
+		return a.AppendTo(b)
 	}
-	return a.String()
+	p, _ := a.Prefix(64)
+	return p.AppendTo(b)
 }

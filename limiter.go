@@ -11,7 +11,7 @@
 // or forged token gets no pass: it is counted like any other request.
 //
 //	tok, err := addrlimit.NewInternalToken(os.Getenv("INTERNAL_TOKEN"))
-//	lim, err := addrlimit.New(300, time.Minute, addrlimit.WithExempt(tok.Match))
+//	lim, err := addrlimit.New(300, time.Minute, addrlimit.WithInternalToken(tok))
 //	mux.Handle("/internal/", tok.Require(internalRoutes))
 //	http.ListenAndServe(addr, lim.Handler(mux))
 //
@@ -21,16 +21,22 @@
 // once, then one more every 200 ms. The decisions are those of
 // golang.org/x/time/rate's rate.NewLimiter(rate.Every(per/limit), burst).
 // Limited requests get 429 with Retry-After; every counted response carries
-// RateLimit and RateLimit-Policy fields ([HeaderStyle]). Memory stays bounded
-// ([MemoryStore]); fleets share a budget through a [Store] such as the
-// redisstore module; [Limiter.Stats], [WithObserver] and [LogObserver] show who
-// gets throttled.
+// RateLimit and RateLimit-Policy fields ([HeaderStyle]).
+//
+// The file layout follows a request: [Limiter.Handler] (this file) asks the
+// exemption ([InternalToken], exempt.go), picks the policy and key
+// ([PolicySelector], [KeyFunc], keyfunc.go, proxy.go), charges the cost to the
+// bucket (charge.go: the in-memory table, or a [Store] such as the redisstore
+// module, with its failure policy), writes the response fields (respond.go)
+// and, with [WithRefund], gives the tokens back (refund.go). [Limiter.Stats],
+// [WithObserver] and [LogObserver] show who gets throttled.
 package addrlimit
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net/http"
 	"time"
 
@@ -39,95 +45,51 @@ import (
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
 
-// Outcome says what a Limiter did with a request. The zero value is not an
-// outcome.
-type Outcome uint8
-
-const (
-	// Allowed: the request was counted and may proceed.
-	Allowed Outcome = iota + 1
-	// Limited: the request was counted against an empty bucket and is denied
-	// (or, in dry-run mode, would have been).
-	Limited
-	// Exempt: the exemption predicate matched; nothing was counted.
-	Exempt
-)
-
-// String returns "allowed", "limited" or "exempt".
-func (o Outcome) String() string {
-	switch o {
-	case Allowed:
-		return "allowed"
-	case Limited:
-		return "limited"
-	case Exempt:
-		return "exempt"
-	}
-	return fmt.Sprintf("Outcome(%d)", uint8(o))
-}
-
-// Decision describes what a Limiter decided for one request. For an Exempt
-// decision every other field is zero.
-type Decision struct {
-	Outcome Outcome
-	// Key is the bucket the request was charged to (UnkeyedKey when it had
-	// none). Treat it as personal data: it is usually a client address.
-	Key string
-	// Limit is the bucket capacity (the burst); Remaining the whole tokens left
-	// after this request.
-	Limit, Remaining int
-	// RetryAfter is the time until the bucket holds a whole token again: for a
-	// Limited request, when to retry. Zero while Remaining > 0.
-	RetryAfter time.Duration
-	// ResetAfter is the time until the bucket is full again.
-	ResetAfter time.Duration
-	// DryRun is set on a Limited decision that was let through by WithDryRun.
-	DryRun bool
-	// Degraded is set when the Store failed and the failure policy decided.
-	Degraded bool
-	// Err is why the key or the store failed, for observers and logs; it is
-	// never sent to the client. A non-nil Err never means the limit was skipped.
-	Err error
-}
-
-// Denied reports whether the request must be refused: Limited and not a dry run.
-func (d Decision) Denied() bool { return d.Outcome == Limited && !d.DryRun }
-
-// Limiter limits requests per key. Build it with New; it is immutable and safe
-// for concurrent use, and starts no goroutine.
+// Limiter limits requests per key under one or more policies. Build it with
+// New; it is immutable and safe for concurrent use, and starts no goroutine.
 type Limiter struct {
-	policy    Policy
-	keyFunc   KeyFunc
+	policies  []*policyState // [0] is the default policy
+	byName    map[string]*policyState
+	keyFunc   KeyFunc // nil: the peer address, formatted without allocating
+	selector  PolicySelector
+	cost      func(*http.Request) int
+	refund    func(int) bool
 	exempt    func(*http.Request) bool
+	token     *InternalToken
 	denied    http.Handler
 	observers []func(*http.Request, Decision)
 	dryRun    bool
 	failure   FailurePolicy
-	store     Store
-	mem       *MemoryStore  // the store itself or the local fallback
-	fast      *bucket.Table // set when keys are RemoteAddr and the store is mem
-	headers   *headers.Writer
+	store     Store // nil: the in-memory tables are the store
+	seed      maphash.Seed
+	epoch     time.Time
 
-	// Counters of what the in-memory table does not count itself.
-	remoteAllowed, remoteLimited, exempted, credentialed, keyErrors, storeErrors counter.Striped
+	exempted, credentialed, retiredLimited, keyErrors, storeErrors, refunded counter.Striped
 }
 
-// New returns a Limiter that lets each key make limit requests per period
-// per, in bursts of up to limit (see WithBurst). It validates everything once:
-// limit >= 1, per > 0, at most one request per nanosecond, and every option;
-// errors start with "addrlimit: ".
+// policyState is one policy with its buckets, its header fields and the
+// counters of the decisions its table does not count itself.
+type policyState struct {
+	Policy
+	table   *bucket.Table // the buckets, or the local fallback of a remote store
+	headers *headers.Writer
+	allowed counter.Striped // decisions of a remote store or of FailOpen/FailClosed
+	limited counter.Striped
+}
+
+// DefaultMaxKeys is the default capacity of the exact bucket table of each
+// policy: about 40 MB when full. Buckets are dropped once they have
+// refilled, so the table holds only the clients seen within one full refill
+// time (60 s for 300/min), and this many distinct clients in that time is far
+// beyond normal load.
+const DefaultMaxKeys = 1 << 20
+
+// New returns a Limiter whose default policy lets each key make limit
+// requests per period per, in bursts of up to limit (see WithBurst). It
+// validates everything once: limit >= 1, per > 0, at most one request per
+// nanosecond, and every option; errors start with "addrlimit: ".
 func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
-	if limit < 1 {
-		return nil, fmt.Errorf("addrlimit: limit must be at least 1, got %d", limit)
-	}
-	if per <= 0 {
-		return nil, fmt.Errorf("addrlimit: period must be positive, got %v", per)
-	}
-	interval := per / time.Duration(limit)
-	if interval < 1 {
-		return nil, fmt.Errorf("addrlimit: %d per %v is more than one request per nanosecond", limit, per)
-	}
-	c := config{burst: limit, maxKeys: DefaultMaxKeys}
+	c := config{name: DefaultPolicyName, burst: limit, maxKeys: DefaultMaxKeys}
 	for i, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("addrlimit: option %d is nil", i+1)
@@ -136,45 +98,71 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
+	def, err := newPolicy(c.name, limit, c.burst, per)
+	if err != nil {
+		return nil, err
+	}
 	l := &Limiter{
-		policy:    Policy{Burst: c.burst, Interval: interval},
+		byName:    make(map[string]*policyState, 1+len(c.policies)),
 		keyFunc:   c.keyFunc,
+		selector:  c.selector,
+		cost:      c.cost,
+		refund:    c.refund,
 		exempt:    c.exempt,
+		token:     c.token,
 		denied:    c.denied,
 		observers: c.observers,
 		dryRun:    c.dryRun,
 		failure:   c.failure,
 		store:     c.store,
-	}
-	if m, ok := c.store.(*MemoryStore); ok {
-		l.mem = m
-	} else {
-		m, err := NewMemoryStore(c.maxKeys)
-		if err != nil {
-			return nil, err
-		}
-		l.mem = m
-		if c.store == nil {
-			l.store = m
-		}
-	}
-	table, err := l.mem.bind(l.policy) // validates the policy
-	if err != nil {
-		return nil, err
+		seed:      maphash.MakeSeed(),
+		epoch:     time.Now(),
 	}
 	style, _ := c.headers.internal()
-	l.headers = headers.New(style, c.burst, interval)
-	if l.keyFunc == nil {
-		l.keyFunc = RemoteAddrKey
-		if l.store == l.mem {
-			l.fast = table
+	for _, p := range append([]Policy{def}, c.policies...) {
+		if _, dup := l.byName[p.Name]; dup {
+			return nil, fmt.Errorf("addrlimit: two policies are named %q", p.Name)
 		}
+		bp, _ := bucket.NewPolicy(p.Burst, p.Interval) // validated by newPolicy
+		ps := &policyState{
+			Policy:  p,
+			table:   bucket.NewTable(bp, c.maxKeys),
+			headers: headers.New(style, p.Name, p.Burst, p.Interval),
+		}
+		l.policies = append(l.policies, ps)
+		l.byName[p.Name] = ps
 	}
 	return l, nil
 }
 
-// Policy returns the bucket shape the limiter enforces.
-func (l *Limiter) Policy() Policy { return l.policy }
+// newPolicy validates and builds the policy of limit requests per per in
+// bursts of burst.
+func newPolicy(name string, limit, burst int, per time.Duration) (Policy, error) {
+	if limit < 1 {
+		return Policy{}, fmt.Errorf("addrlimit: policy %q: limit must be at least 1, got %d", name, limit)
+	}
+	if per <= 0 {
+		return Policy{}, fmt.Errorf("addrlimit: policy %q: period must be positive, got %v", name, per)
+	}
+	interval := per / time.Duration(limit)
+	if interval < 1 {
+		return Policy{}, fmt.Errorf("addrlimit: policy %q: %d per %v is more than one request per nanosecond", name, limit, per)
+	}
+	if _, err := bucket.NewPolicy(burst, interval); err != nil {
+		return Policy{}, fmt.Errorf("addrlimit: policy %q: %w", name, err)
+	}
+	return Policy{Name: name, Burst: burst, Interval: interval}, nil
+}
+
+// Policies returns the limiter's policies: the default one first, then the
+// named ones in the order of their WithPolicy options.
+func (l *Limiter) Policies() []Policy {
+	out := make([]Policy, len(l.policies))
+	for i, ps := range l.policies {
+		out[i] = ps.Policy
+	}
+	return out
+}
 
 // Handler returns middleware that decides each request before next sees it.
 // Exempt requests go straight to next, untouched. Counted requests get the
@@ -186,211 +174,136 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("addrlimit: Limiter.Handler called with a nil handler")
 	}
+	wantKey := len(l.observers) > 0 || l.denied != nil
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d := l.decide(r, len(l.observers) > 0)
-		for _, f := range l.observers {
-			f(r, d)
+		var buf [maxAddrKeyLen]byte
+		d, ps, key := l.decide(r, buf[:0])
+		if wantKey {
+			d.Key = key.String()
 		}
+		l.observe(r, d)
 		if d.Outcome == Exempt {
 			next.ServeHTTP(w, r)
 			return
 		}
-		denied := d.Denied()
+		ps.respond(w.Header(), d)
 		switch {
-		case d.Degraded && l.failure == FailClosed:
-			if denied {
-				l.headers.WriteUnavailable(w.Header())
+		case d.Denied():
+			l.refuse(w, r, d)
+		case l.refund != nil && d.Outcome == Allowed:
+			rw := &statusWriter{ResponseWriter: w}
+			next.ServeHTTP(rw, r)
+			if l.refund(rw.status()) {
+				l.refundCharge(context.WithoutCancel(r.Context()), ps, key, d)
 			}
-		case d.Degraded && l.failure == FailOpen:
-			// The quota is unknown: send no quota fields.
 		default:
-			l.headers.Write(w.Header(), headers.State{
-				Remaining:  d.Remaining,
-				RetryAfter: d.RetryAfter,
-				ResetAfter: d.ResetAfter,
-				Denied:     denied,
-			})
+			next.ServeHTTP(w, r)
 		}
-		if denied {
-			l.deny(w, r, d)
-			return
-		}
-		next.ServeHTTP(w, r)
 	})
 }
 
-// Allow decides and counts r exactly as Handler would and tells the
-// observers, but writes nothing: for gRPC gateways, websockets or job
-// queues. Refuse the work when the Decision is Denied.
+// Allow decides and charges r exactly as Handler would and tells the
+// observers, but writes nothing and never refunds: for websockets, gRPC
+// gateways or anything else that has an *http.Request. Refuse the work when
+// the Decision is Denied.
 func (l *Limiter) Allow(r *http.Request) Decision {
-	d := l.decide(r, true)
+	var buf [maxAddrKeyLen]byte
+	d, _, key := l.decide(r, buf[:0])
+	d.Key = key.String()
+	l.observe(r, d)
+	return d
+}
+
+// AllowKey charges n tokens to key under the named policy ("" for the
+// default one) and tells the observers (with a nil *http.Request): the
+// decision of Handler, for job queues, gRPC interceptors and other callers
+// without an HTTP request. It shares the store, the failure policy, the
+// counters and the observers with Handler. Exemption does not apply.
+//
+// Bad input never skips the limit: an unknown policy is charged to the
+// default one (ErrUnknownPolicy), an empty key to UnkeyedKey (ErrEmptyKey),
+// n < 1 as 1 (ErrInvalidCost); n above the burst is refused and charges
+// nothing (ErrCostOverBurst). Decision.Err says which.
+func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decision {
+	ps, err := l.lookupPolicy(policy)
+	if key == "" {
+		key, err = UnkeyedKey, errors.Join(err, ErrEmptyKey)
+	}
+	d := l.charge(ctx, ps, bucketKey{s: key}, n, err)
+	d.Key = key
+	l.observe(nil, d)
+	return d
+}
+
+// Peek returns the state of key's bucket under the named policy ("" for the
+// default one) without charging it: Outcome is Allowed if a request of cost
+// 1 would be allowed now, Limited otherwise. Nothing is counted or observed.
+// It fails for an unknown policy (ErrUnknownPolicy), an empty key
+// (ErrEmptyKey), or when the Store fails (its error; no failure policy
+// applies).
+func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error) {
+	ps, err := l.keyedPolicy(policy, key)
+	if err != nil {
+		return Decision{}, err
+	}
+	k := bucketKey{s: key}
+	var res Result
+	if l.store == nil {
+		res = Result(ps.table.Peek(k.hash(l.seed), l.now()))
+	} else if res, err = l.store.Peek(ctx, key, ps.Policy); err != nil {
+		return Decision{}, err
+	}
+	d := fromResult(ps, res)
+	d.Key = key
+	return d, nil
+}
+
+// Reset makes key's bucket under the named policy ("" for the default one)
+// full again, as if the client had never been seen: for support staff who
+// unblock a customer. Resetting a key that has no bucket is not an error. It
+// fails for an unknown policy, an empty key, or when the Store fails (the
+// local fallback bucket is reset either way).
+func (l *Limiter) Reset(ctx context.Context, policy, key string) error {
+	ps, err := l.keyedPolicy(policy, key)
+	if err != nil {
+		return err
+	}
+	ps.table.Reset(bucketKey{s: key}.hash(l.seed), l.now())
+	if l.store != nil {
+		return l.store.Reset(ctx, key, ps.Policy)
+	}
+	return nil
+}
+
+// lookupPolicy returns the named policy, or the default one and
+// ErrUnknownPolicy.
+func (l *Limiter) lookupPolicy(name string) (*policyState, error) {
+	if name == "" {
+		return l.policies[0], nil
+	}
+	if ps := l.byName[name]; ps != nil {
+		return ps, nil
+	}
+	return l.policies[0], fmt.Errorf("%w %q", ErrUnknownPolicy, truncate(name, maxPolicyName))
+}
+
+// keyedPolicy validates the arguments of Peek and Reset.
+func (l *Limiter) keyedPolicy(policy, key string) (*policyState, error) {
+	ps, err := l.lookupPolicy(policy)
+	if err != nil {
+		return nil, err
+	}
+	if key == "" {
+		return nil, ErrEmptyKey
+	}
+	return ps, nil
+}
+
+func (l *Limiter) now() int64 { return int64(time.Since(l.epoch)) }
+
+// observe tells the observers about d.
+func (l *Limiter) observe(r *http.Request, d Decision) {
 	for _, f := range l.observers {
 		f(r, d)
-	}
-	return d
-}
-
-var errEmptyKey = errors.New("addrlimit: KeyFunc returned an empty key")
-
-// decide charges r to its bucket. The key string is formatted only when
-// wantKey is set or the request is limited: the default path hashes the
-// address bytes and allocates nothing.
-//
-// Counting: decisions taken by the in-memory table are counted there, under
-// its shard lock; decisions of a remote store or of the failure policy are
-// counted here.
-func (l *Limiter) decide(r *http.Request, wantKey bool) Decision {
-	if l.exempt != nil && l.exempt(r) {
-		l.exempted.Inc()
-		return Decision{Outcome: Exempt}
-	}
-	if l.fast != nil {
-		if a, err := peerAddr(r); err == nil {
-			d := l.fromResult(l.mem.takeAddr(l.fast, keyAddr(a)))
-			if d.Outcome == Limited {
-				l.countLimited(r)
-				d.Key = AddrKey(a)
-			} else if wantKey {
-				d.Key = AddrKey(a)
-			}
-			return d
-		}
-	}
-	key, keyErr := l.keyFunc(r)
-	if key == "" {
-		if keyErr == nil {
-			keyErr = errEmptyKey
-		}
-		key = UnkeyedKey
-	}
-	if keyErr != nil {
-		l.keyErrors.Inc()
-	}
-	d := l.take(r.Context(), key)
-	d.Key = key
-	d.Err = errors.Join(keyErr, d.Err)
-	if d.Outcome == Limited {
-		l.countLimited(r)
-	}
-	return d
-}
-
-// take asks the store, applying the failure policy when it errs.
-func (l *Limiter) take(ctx context.Context, key string) Decision {
-	res, err := l.store.Take(ctx, key, l.policy)
-	if err == nil {
-		d := l.fromResult(res)
-		if l.store != l.mem {
-			l.countRemote(d)
-		}
-		return d
-	}
-	l.storeErrors.Inc()
-	var d Decision
-	switch l.failure {
-	case FailOpen:
-		d = Decision{Outcome: Allowed, Limit: l.policy.Burst}
-		l.countRemote(d)
-	case FailClosed:
-		d = Decision{Outcome: Limited, Limit: l.policy.Burst, RetryAfter: time.Second}
-		d.DryRun = l.dryRun
-		l.countRemote(d)
-	default:
-		res, _ := l.mem.Take(ctx, key, l.policy) // same policy: cannot fail; counted by the table
-		d = l.fromResult(res)
-	}
-	d.Degraded, d.Err = true, err
-	return d
-}
-
-func (l *Limiter) fromResult(res Result) Decision {
-	d := Decision{
-		Outcome:    Allowed,
-		Limit:      l.policy.Burst,
-		Remaining:  res.Remaining,
-		RetryAfter: res.RetryAfter,
-		ResetAfter: res.ResetAfter,
-	}
-	if !res.Allowed {
-		d.Outcome, d.DryRun = Limited, l.dryRun
-	}
-	return d
-}
-
-// countRemote counts a decision that the in-memory table did not take.
-func (l *Limiter) countRemote(d Decision) {
-	if d.Outcome == Allowed {
-		l.remoteAllowed.Inc()
-	} else {
-		l.remoteLimited.Inc()
-	}
-}
-
-// countLimited notes a limited request that carried credentials.
-func (l *Limiter) countLimited(r *http.Request) {
-	if len(r.Header["Authorization"]) > 0 {
-		l.credentialed.Inc()
-	}
-}
-
-type decisionKey struct{}
-
-// DecisionFromContext returns the Decision that a Limiter stored in the
-// context of the request it passes to a WithDeniedHandler handler.
-func DecisionFromContext(ctx context.Context) (Decision, bool) {
-	d, ok := ctx.Value(decisionKey{}).(Decision)
-	return d, ok
-}
-
-func (l *Limiter) deny(w http.ResponseWriter, r *http.Request, d Decision) {
-	if l.denied != nil {
-		l.denied.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
-		return
-	}
-	status, body := http.StatusTooManyRequests, "too many requests\n"
-	if d.Degraded && l.failure == FailClosed {
-		status, body = http.StatusServiceUnavailable, "service unavailable\n"
-	}
-	h := w.Header()
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(body))
-}
-
-// Stats is a snapshot of a Limiter's counters, all since New.
-type Stats struct {
-	// Decisions by outcome. Limited includes dry-run decisions.
-	Allowed, Limited, Exempt uint64
-	// CredentialedLimited counts Limited requests that carried an
-	// Authorization header: the signature of an internal service whose token
-	// is missing or stale. Alert on it.
-	CredentialedLimited uint64
-	// KeyErrors counts requests whose KeyFunc failed (charged to UnkeyedKey,
-	// or to the key it still returned); StoreErrors counts Store failures.
-	KeyErrors, StoreErrors uint64
-	// Keys is the number of buckets in the in-memory store (the default store,
-	// or the local fallback of a remote one); Evictions counts buckets dropped
-	// before they had refilled, to make room; Overflows counts requests charged
-	// to the shared overflow bucket because the table was full of empty buckets.
-	Keys                 int
-	Evictions, Overflows uint64
-}
-
-// Stats returns the counters. It is safe to call concurrently with requests,
-// costs a pass over the table's shards, and suits expvar.Func or a metrics
-// collector that reads it at scrape time.
-func (l *Limiter) Stats() Stats {
-	allowed, limited := l.mem.counts()
-	return Stats{
-		Allowed:             allowed + l.remoteAllowed.Load(),
-		Limited:             limited + l.remoteLimited.Load(),
-		Exempt:              l.exempted.Load(),
-		CredentialedLimited: l.credentialed.Load(),
-		KeyErrors:           l.keyErrors.Load(),
-		StoreErrors:         l.storeErrors.Load(),
-		Keys:                l.mem.Len(),
-		Evictions:           l.mem.Evictions(),
-		Overflows:           l.mem.Overflows(),
 	}
 }

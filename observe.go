@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
@@ -19,14 +20,20 @@ import (
 // Volume stays bounded under a flood: at most one line per key per interval;
 // the next line for that key reports how many were suppressed in between. At
 // most maxLogKeys keys are tracked at once; beyond that, events share one
-// pseudo-key, so the whole flood costs a few lines per interval.
+// pseudo-key, so the whole flood costs a few lines per interval. Every
+// logged string is cut to at most maxLogField bytes, so a request with a
+// megabyte path costs a line of normal size.
 //
-// Each line has the attributes key, method, route (the ServeMux pattern when
-// set, else the URL path, never the query), outcome, mode ("enforced" or
-// "dry_run"), remaining, retry_after (rounded up to whole seconds), credentialed (the request carried an
-// Authorization header but was not exempt: the signature of an internal
-// service whose token is missing or stale), suppressed, and error when there
-// is one. It never logs header values, so tokens never reach the log.
+// Each line has the attributes policy, key, method, route (the ServeMux
+// pattern when set, else the URL path, never the query), outcome, mode
+// ("enforced" or "dry_run"), cost, remaining, retry_after (rounded up to
+// whole seconds), credentialed (the request carried an Authorization header
+// but was not exempt: a hint anyone can trigger), retired_token (it carried a
+// retired internal secret: one of your services, for sure), suppressed, and
+// error when there is one. Decisions of AllowKey have no method or route. It
+// never logs header values, so tokens never reach the log. A limited request
+// with a retired secret is logged at ERROR, one with other credentials at
+// WARN, the rest at INFO.
 //
 // A LogObserver is safe for concurrent use. Pass its Observe method to
 // WithObserver.
@@ -47,6 +54,9 @@ type logState struct {
 // maxLogKeys bounds the keys a LogObserver tracks.
 const maxLogKeys = 1000
 
+// maxLogField bounds each string a LogObserver logs, in bytes.
+const maxLogField = 256
+
 // overflowLogKey stands for all keys beyond maxLogKeys.
 const overflowLogKey = "addrlimit:other-keys"
 
@@ -62,48 +72,74 @@ func NewLogObserver(logger *slog.Logger, every time.Duration) (*LogObserver, err
 	return &LogObserver{logger: logger, every: every, keys: make(map[string]*logState)}, nil
 }
 
-// Observe logs d if it is worth a line. Use it with WithObserver.
+// Observe logs d if it is worth a line. Use it with WithObserver. r may be
+// nil (decisions of AllowKey).
 func (o *LogObserver) Observe(r *http.Request, d Decision) {
 	if d.Outcome != Limited && d.Err == nil {
 		return
 	}
-	suppressed, ok := o.admit(d.Key, time.Now())
+	key := truncate(d.Key, maxLogField)
+	suppressed, ok := o.admit(key, time.Now())
 	if !ok {
 		return
+	}
+	var method, route string
+	credentialed := false
+	if r != nil {
+		method, route = r.Method, r.Pattern
+		if route == "" && r.URL != nil {
+			route = r.URL.Path
+		}
+		credentialed = len(r.Header["Authorization"]) > 0
 	}
 	level, msg := slog.LevelInfo, "addrlimit: request limited"
 	switch {
 	case d.Outcome != Limited:
 		level, msg = slog.LevelWarn, "addrlimit: degraded decision"
-	case len(r.Header["Authorization"]) > 0:
+	case d.RetiredToken:
+		level, msg = slog.LevelError, "addrlimit: request with a retired internal token limited"
+	case credentialed:
 		level, msg = slog.LevelWarn, "addrlimit: request with credentials limited"
 	}
 	mode := "enforced"
 	if d.DryRun {
 		mode = "dry_run"
 	}
-	route := r.Pattern
-	if route == "" && r.URL != nil {
-		route = r.URL.Path
-	}
 	attrs := []slog.Attr{
-		slog.String("key", d.Key),
-		slog.String("method", r.Method),
-		slog.String("route", route),
+		slog.String("policy", d.Policy),
+		slog.String("key", key),
+		slog.String("method", truncate(method, maxLogField)),
+		slog.String("route", truncate(route, maxLogField)),
 		slog.String("outcome", d.Outcome.String()),
 		slog.String("mode", mode),
+		slog.Int("cost", d.Cost),
 		slog.Int("remaining", d.Remaining),
 		slog.Duration("retry_after", time.Duration(headers.Seconds(d.RetryAfter))*time.Second), // whole seconds, as in Retry-After
-		slog.Bool("credentialed", len(r.Header["Authorization"]) > 0),
+		slog.Bool("credentialed", credentialed),
+		slog.Bool("retired_token", d.RetiredToken),
 		slog.Uint64("suppressed", suppressed),
 	}
 	if d.Degraded {
 		attrs = append(attrs, slog.Bool("degraded", true))
 	}
 	if d.Err != nil {
-		attrs = append(attrs, slog.String("error", d.Err.Error()))
+		attrs = append(attrs, slog.String("error", truncate(d.Err.Error(), maxLogField)))
 	}
 	o.logger.LogAttrs(context.Background(), level, msg, attrs...)
+}
+
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence,
+// marking the cut with "…" (within the n bytes).
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }
 
 // admit decides whether key may log at now, returning how many lines were

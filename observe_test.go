@@ -2,6 +2,7 @@ package addrlimit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -10,8 +11,11 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // recorder is a slog.Handler that keeps every record.
@@ -78,6 +82,7 @@ func TestLogObserverFields(t *testing.T) {
 			"msg": "addrlimit: request with credentials limited", "level": "WARN",
 			"key": "192.0.2.1", "method": "POST", "route": "/v1/progress", "outcome": "limited",
 			"mode": "enforced", "remaining": "0", "retry_after": "1h0m0s", "credentialed": "true", "suppressed": "0",
+			"policy": "default", "cost": "1", "retired_token": "false",
 		}
 		for k, v := range want {
 			if lines[0][k] != v {
@@ -106,6 +111,56 @@ func TestLogObserverDryRunAndErrors(t *testing.T) {
 		if lines[1]["key"] != addrlimit.UnkeyedKey || lines[1]["error"] == "" || lines[1]["outcome"] != "allowed" {
 			t.Errorf("key-error line %v", lines[1])
 		}
+	})
+}
+
+func TestLogObserverBoundsEveryField(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		huge := strings.Repeat("é", 1<<19) // 1 MiB of two-byte runes
+		kf := func(*http.Request) (string, error) { return "k" + huge, errors.New("e" + huge) }
+		h, rec := logLimiter(t, 1, addrlimit.WithKeyFunc(kf))
+		r := req("192.0.2.1:1")
+		r.URL.Path = "/" + huge
+		r.Method = "M" + strings.Repeat("X", 1<<20)
+		serve(h, r)
+		serve(h, r)
+		lines := rec.lines()
+		require.Len(t, lines, 1, "one line per key per interval")
+		for _, line := range lines {
+			total := 0
+			for k, v := range line {
+				require.LessOrEqual(t, len(v), 256, "field %s", k)
+				require.True(t, utf8.ValidString(v), "field %s cut inside a rune", k)
+				total += len(v)
+			}
+			assert.Less(t, total, 2048, "a line of normal size")
+			assert.True(t, strings.HasSuffix(line["route"], "…"))
+		}
+	})
+}
+
+func TestLogObserverRetiredTokenAndKeyedDecisions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tok, err := mustToken(t, secret).WithRetired(retiredSecret)
+		require.NoError(t, err)
+		rec := &recorder{}
+		lo, err := addrlimit.NewLogObserver(slog.New(rec), time.Minute)
+		require.NoError(t, err)
+		lim := mustNew(t, 1, time.Hour, addrlimit.WithInternalToken(tok), addrlimit.WithObserver(lo.Observe))
+		h := lim.Handler(okHandler)
+		serve(h, req("10.0.0.1:1", "Authorization", "Bearer "+retiredSecret))
+		serve(h, req("10.0.0.1:1", "Authorization", "Bearer "+retiredSecret))
+		lim.AllowKey(context.Background(), "", "job-queue", 1)
+		lim.AllowKey(context.Background(), "", "job-queue", 1)
+		lines := rec.lines()
+		require.Len(t, lines, 2)
+		assert.Equal(t, "ERROR", lines[0]["level"])
+		assert.Equal(t, "addrlimit: request with a retired internal token limited", lines[0]["msg"])
+		assert.Equal(t, "true", lines[0]["retired_token"])
+		assert.NotContains(t, rec.text(), retiredSecret)
+		assert.Equal(t, "job-queue", lines[1]["key"])
+		assert.Equal(t, "", lines[1]["method"], "a keyed decision has no request")
+		assert.Equal(t, "INFO", lines[1]["level"])
 	})
 }
 

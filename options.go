@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
@@ -13,9 +14,15 @@ import (
 type Option func(*config) error
 
 type config struct {
+	name      string
 	burst     int
+	policies  []Policy // named ones, from WithPolicy
+	selector  PolicySelector
+	cost      func(*http.Request) int
+	refund    func(status int) bool
 	keyFunc   KeyFunc
 	exempt    func(*http.Request) bool
+	token     *InternalToken
 	denied    http.Handler
 	maxKeys   int
 	observers []func(*http.Request, Decision)
@@ -25,15 +32,116 @@ type config struct {
 	failure   FailurePolicy
 }
 
-// WithBurst sets the bucket capacity: how many requests a client with a full
-// bucket may make at once. The default is the limit passed to New. n must be
-// at least 1.
+// WithBurst sets the default policy's bucket capacity: how many requests a
+// client with a full bucket may make at once. The default is the limit
+// passed to New. n must be at least 1.
 func WithBurst(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
 			return fmt.Errorf("addrlimit: burst must be at least 1, got %d", n)
 		}
 		c.burst = n
+		return nil
+	}
+}
+
+// WithName names the default policy (DefaultPolicyName otherwise): the name
+// appears in the RateLimit-Policy field, Decision.Policy, Stats and metrics,
+// and separates the buckets of limiters that share a Store. Give stacked
+// limiters distinct names. A name is 1 to 64 bytes of A-Z a-z 0-9 . _ -.
+func WithName(name string) Option {
+	return func(c *config) error {
+		if err := checkPolicyName(name); err != nil {
+			return err
+		}
+		c.name = name
+		return nil
+	}
+}
+
+// WithPolicy adds a named policy of limit requests per period per, in bursts
+// of up to limit, for the requests that a PolicySelector (WithPolicySelector)
+// or an AllowKey caller assigns to it. Each policy has its own buckets, its
+// own RateLimit-Policy name and its own counters in Stats. Names follow the
+// rules of WithName and must be distinct.
+func WithPolicy(name string, limit int, per time.Duration) Option {
+	return func(c *config) error {
+		if err := checkPolicyName(name); err != nil {
+			return err
+		}
+		p, err := newPolicy(name, limit, limit, per)
+		if err != nil {
+			return err
+		}
+		c.policies = append(c.policies, p)
+		return nil
+	}
+}
+
+// A PolicySelector picks, for one request, the name of the policy that
+// limits it and the key of its bucket under that policy: for example the
+// partner or plan that a verified credential identifies. It returns "" as the
+// policy for requests that the default policy limits with the Limiter's
+// KeyFunc, and may return "" as the key to use the KeyFunc's key under a
+// named policy.
+//
+// Select only by something a client cannot forge: a credential you have
+// verified. A key taken from an unverified header hands an attacker a fresh
+// bucket per value it invents.
+//
+// An unknown policy name or an error never skips the limit: the request is
+// charged to the default policy under the KeyFunc's key, and Decision.Err
+// reports ErrUnknownPolicy or the error. A PolicySelector is called
+// concurrently, after the exemption check.
+type PolicySelector func(r *http.Request) (policy, key string, err error)
+
+// WithPolicySelector sets the function that assigns requests to the policies
+// added with WithPolicy. Without it, every request uses the default policy.
+func WithPolicySelector(f PolicySelector) Option {
+	return func(c *config) error {
+		if f == nil {
+			return errors.New("addrlimit: WithPolicySelector given a nil function")
+		}
+		c.selector = f
+		return nil
+	}
+}
+
+// WithCost sets how many tokens a request costs (1 without it): a batch or a
+// GraphQL query may cost more than a single read. f is called concurrently,
+// once per counted request, before the handler runs.
+//
+// A cost above the policy's burst can never be paid: the request is refused
+// with ErrCostOverBurst and charged nothing. A cost below 1 is charged as 1
+// and reported as ErrInvalidCost; it is never a refund.
+func WithCost(f func(r *http.Request) int) Option {
+	return func(c *config) error {
+		if f == nil {
+			return errors.New("addrlimit: WithCost given a nil function")
+		}
+		c.cost = f
+		return nil
+	}
+}
+
+// WithRefund makes Handler give back a request's tokens when its response
+// status satisfies f: WithRefund(func(s int) bool { return s < 400 }) counts
+// only failed requests, as login brute-force protection wants.
+//
+// The request is charged before the handler runs, as usual, so concurrent
+// requests can never exceed the budget; the refund follows when the handler
+// returns, and never fills a bucket above its burst. The status is the first
+// one written (200 if the handler wrote nothing, 101 for a hijacked
+// connection); a handler that panics is not refunded. The ResponseWriter the
+// handler gets keeps http.Flusher, http.Hijacker and io.ReaderFrom working
+// and supports http.ResponseController through Unwrap. Allow and AllowKey
+// never refund.
+func WithRefund(f func(status int) bool) Option {
+	return func(c *config) error {
+		if f == nil {
+			return errors.New("addrlimit: WithRefund given a nil function")
+		}
+		c.refund = f
 		return nil
 	}
 }
@@ -50,11 +158,26 @@ func WithKeyFunc(f KeyFunc) Option {
 	}
 }
 
+// WithInternalToken exempts requests that carry one of t's accepted secrets
+// (see InternalToken.Match) and flags requests that carry one of its retired
+// secrets (Decision.RetiredToken, Stats.RetiredTokenLimited). The secret is
+// hashed once per request for both checks. It may be combined with
+// WithExempt: a request is exempt if either matches.
+func WithInternalToken(t *InternalToken) Option {
+	return func(c *config) error {
+		if t == nil {
+			return errors.New("addrlimit: WithInternalToken given a nil token")
+		}
+		c.token = t
+		return nil
+	}
+}
+
 // WithExempt sets a predicate for requests that bypass the limiter entirely:
 // for them no key is computed, no bucket is touched or created, no quota
 // header is set, and the Decision is Exempt. This is a bypass, so the
-// predicate must be something a client cannot forge, such as
-// (*InternalToken).Match. It is called first, for every request, concurrently.
+// predicate must be something a client cannot forge; for the internal token
+// use WithInternalToken. It is called first, for every request, concurrently.
 func WithExempt(f func(*http.Request) bool) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -80,9 +203,11 @@ func WithDeniedHandler(h http.Handler) Option {
 	}
 }
 
-// WithMaxKeys bounds the number of buckets held by the in-memory store (the
-// default store, or the local fallback of a remote store under FailLocal).
-// The default is DefaultMaxKeys. See MemoryStore for what happens at the cap.
+// WithMaxKeys bounds the number of exact buckets held in memory per policy
+// (by the default in-memory store, or by the local fallback of a remote
+// store). The default is DefaultMaxKeys. Past it, buckets move to a fixed-size
+// approximate memory that never gives a key more than it had; see "Memory"
+// in the README.
 func WithMaxKeys(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -97,7 +222,8 @@ func WithMaxKeys(n int) Option {
 // included: synchronously, once per request, before the response is written.
 // Observers run in the order they were added; each call of WithObserver adds
 // one. f is called concurrently and should be quick (log or count, no I/O on
-// the request path); see LogObserver for a rate-limited logger.
+// the request path); see LogObserver for a rate-limited logger. For
+// decisions of AllowKey, which has no request, f gets a nil *http.Request.
 func WithObserver(f func(*http.Request, Decision)) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -119,7 +245,8 @@ func WithDryRun() Option {
 }
 
 // WithStore sets where buckets are kept, for example a Redis store shared by
-// a fleet of instances. The default is a MemoryStore of WithMaxKeys buckets.
+// a fleet of instances. The default keeps them in memory, bounded by
+// WithMaxKeys.
 func WithStore(s Store) Option {
 	return func(c *config) error {
 		if s == nil {
@@ -135,9 +262,10 @@ func WithStore(s Store) Option {
 type HeaderStyle uint8
 
 const (
-	// HeaderDraft (the default) sends the IETF httpapi draft fields:
-	//	RateLimit-Policy: "default";q=<burst>;w=<seconds to refill the burst>
-	//	RateLimit: "default";r=<remaining>;t=<seconds until the next token, 0 while r > 0>
+	// HeaderDraft (the default) sends the IETF httpapi draft fields, with
+	// the policy's name:
+	//	RateLimit-Policy: "<name>";q=<burst>;w=<seconds to refill the burst>
+	//	RateLimit: "<name>";r=<remaining>;t=<seconds until the next token, 0 while r > 0>
 	HeaderDraft HeaderStyle = iota
 	// HeaderXRateLimit sends the de facto fields X-RateLimit-Limit (the burst),
 	// X-RateLimit-Remaining, and X-RateLimit-Reset in seconds until the bucket
@@ -175,9 +303,12 @@ func WithHeaders(s HeaderStyle) Option {
 type FailurePolicy uint8
 
 const (
-	// FailLocal (the default) decides with a local in-memory bucket of the same
-	// policy: clients stay limited, per instance, while the store is down, and
-	// the shared budget applies again as soon as the store answers.
+	// FailLocal (the default) decides with a local in-memory bucket of the
+	// same policy. Each local bucket continues from the state the store last
+	// reported for its key, so a client the fleet had limited stays limited;
+	// a key the store never reported starts full (so across N instances a
+	// client new to the outage can get up to N budgets). The shared budget
+	// applies again as soon as the store answers.
 	FailLocal FailurePolicy = iota
 	// FailOpen lets the request through unlimited.
 	FailOpen

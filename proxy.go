@@ -3,6 +3,7 @@ package addrlimit
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/textproto"
@@ -34,6 +35,7 @@ type TrustedProxies struct {
 	header  string // canonical
 	format  clientip.Format
 	trusted clientip.Trusted
+	unix    bool // a Unix socket peer is a trusted proxy
 }
 
 // NewTrustedProxies returns a resolver for header, the ONE header your
@@ -87,24 +89,54 @@ func TrustedProxyKey(header string, trusted ...netip.Prefix) (KeyFunc, error) {
 	return t.Key, nil
 }
 
+// WithUnixSocket returns a copy of t that also trusts a peer connected over
+// a Unix socket: for a server that a reverse proxy on the same machine
+// reaches through a socket file. Such a request has no peer address
+// (RemoteAddr is "@" or empty, or a path), so without this every client
+// would share UnkeyedKey. Trust it only if nothing but your proxy can open
+// the socket (check the file's permissions).
+//
+// A request counts as coming over a Unix socket when the server's local
+// address (http.LocalAddrContextKey) is a Unix address, or, without that
+// context value, when RemoteAddr is "", "@" or a path: forms no TCP peer can
+// produce. The header is then resolved as from any trusted peer; if it is
+// missing or malformed, there is no nearer trusted hop with an address, so
+// the request is charged to UnkeyedKey and the problem reported.
+func (t *TrustedProxies) WithUnixSocket() *TrustedProxies {
+	c := *t
+	c.unix = true
+	return &c
+}
+
 // ClientAddr returns the client address of r (unmapped, without zone, not
 // grouped: use AddrKey for that). A non-nil error with a valid address is a
-// warning: the address is the safe one to use, but the proxies or the trusted
-// ranges look misconfigured. A RemoteAddr that is not an IP address gives the
-// zero Addr and an error. Handlers can call it to log or display the client.
+// warning that matches ErrProxyHeader: the address is the safe one to use,
+// but the proxies or the trusted ranges look misconfigured. A RemoteAddr that
+// is not an IP address gives the zero Addr and ErrNoClientAddress (unless
+// WithUnixSocket trusts it). Handlers can call it to log or display the
+// client.
 func (t *TrustedProxies) ClientAddr(r *http.Request) (netip.Addr, error) {
 	peer, err := peerAddr(r)
-	if err != nil {
+	switch {
+	case err != nil && !(t.unix && unixPeer(r)):
 		return netip.Addr{}, err
-	}
-	if !t.trusted.Contains(peer) {
+	case err == nil && !t.trusted.Contains(peer):
 		return peer, nil
 	}
 	a, err := clientip.Resolve(t.format, t.trusted, peer, r.Header[t.header])
 	if err != nil {
-		err = fmt.Errorf("addrlimit: %s: %w", t.header, err)
+		err = &proxyError{header: t.header, err: err}
 	}
 	return a, err
+}
+
+// unixPeer reports whether r came over a Unix socket.
+func unixPeer(r *http.Request) bool {
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		return a.Network() == "unix"
+	}
+	ra := r.RemoteAddr
+	return ra == "" || ra == "@" || strings.HasPrefix(ra, "/")
 }
 
 // Key is a KeyFunc: AddrKey of ClientAddr.

@@ -1,14 +1,19 @@
 package addrlimit_test
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var (
@@ -319,5 +324,93 @@ func BenchmarkTrustedProxyKey(b *testing.B) {
 		if _, err := p.Key(r); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestUnixSocketPeer: nginx on the same machine proxies to the API over a
+// Unix socket. Without WithUnixSocket every client shares UnkeyedKey; with
+// it, each client has its own bucket, and a missing header is still never a
+// bypass.
+func TestUnixSocketPeer(t *testing.T) {
+	loopback := netip.MustParsePrefix("127.0.0.0/8")
+	for _, tc := range []struct {
+		name       string
+		trustUnix  bool
+		wantClient []int // codes of client B after client A spent its budget
+	}{
+		{"not trusted: one shared bucket", false, []int{429, 429}},
+		{"trusted: a bucket per client", true, []int{200, 200}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp := mustProxies(t, "X-Forwarded-For", loopback)
+			if tc.trustUnix {
+				tp = tp.WithUnixSocket()
+			}
+			var keys []string
+			lim := mustNew(t, 2, time.Hour, addrlimit.WithKeyFunc(tp.Key),
+				addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { keys = append(keys, d.Key) }))
+			sock := filepath.Join(t.TempDir(), "api.sock")
+			ln, err := net.Listen("unix", sock)
+			require.NoError(t, err)
+			srv := &http.Server{Handler: lim.Handler(okHandler)}
+			go func() { _ = srv.Serve(ln) }()
+			defer srv.Close()
+			client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+			}}}
+			get := func(xff string) int {
+				r, err := http.NewRequest("GET", "http://api/", nil)
+				require.NoError(t, err)
+				if xff != "" {
+					r.Header.Set("X-Forwarded-For", xff)
+				}
+				resp, err := client.Do(r)
+				require.NoError(t, err)
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			for range 2 {
+				require.Equal(t, 200, get("198.51.100.1"))
+			}
+			require.Equal(t, 429, get("198.51.100.1"))
+			assert.Equal(t, tc.wantClient, []int{get("198.51.100.2"), get("198.51.100.2")})
+			if tc.trustUnix {
+				assert.Equal(t, "198.51.100.1", keys[0])
+				assert.Equal(t, []int{200, 200, 429}, []int{get(""), get(""), get("")}, "no header from the socket peer: the one shared unkeyed bucket")
+				assert.Equal(t, addrlimit.UnkeyedKey, keys[len(keys)-1])
+			} else {
+				assert.Equal(t, addrlimit.UnkeyedKey, keys[0])
+			}
+		})
+	}
+}
+
+func TestUnixSocketPeerWithoutServerContext(t *testing.T) {
+	tp := mustProxies(t, "X-Forwarded-For", netip.MustParsePrefix("127.0.0.0/8")).WithUnixSocket()
+	for _, ra := range []string{"@", "", "/run/nginx.sock"} {
+		a, err := tp.ClientAddr(req(ra, "X-Forwarded-For", "198.51.100.7"))
+		require.NoError(t, err, ra)
+		assert.Equal(t, "198.51.100.7", a.String())
+	}
+	// A TCP peer that is not trusted is still the client, header ignored.
+	a, err := tp.ClientAddr(req("203.0.113.9:1", "X-Forwarded-For", "198.51.100.7"))
+	require.NoError(t, err)
+	assert.Equal(t, "203.0.113.9", a.String())
+	// A garbage RemoteAddr is not a Unix socket.
+	_, err = tp.ClientAddr(req("example.com:80", "X-Forwarded-For", "198.51.100.7"))
+	assert.ErrorIs(t, err, addrlimit.ErrNoClientAddress)
+}
+
+func TestProxyWarningsMatchErrProxyHeader(t *testing.T) {
+	tp := mustProxies(t, "X-Forwarded-For", netip.MustParsePrefix("10.0.0.0/8"))
+	for _, xff := range []string{"", "garbage", "unknown, 10.0.0.2"} {
+		r := req("10.0.0.1:1")
+		if xff != "" {
+			r.Header.Set("X-Forwarded-For", xff)
+		}
+		_, err := tp.ClientAddr(r)
+		require.ErrorIs(t, err, addrlimit.ErrProxyHeader, xff)
+		assert.Contains(t, err.Error(), "X-Forwarded-For")
+		assert.NotContains(t, err.Error(), "garbage", "header content never appears in errors")
 	}
 }

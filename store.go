@@ -2,171 +2,95 @@ package addrlimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"hash/maphash"
-	"net/netip"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/addrlimit/addrlimit/internal/bucket"
 )
 
-// Policy is the bucket shape a Limiter asks its Store to enforce: capacity
-// Burst, refilled one token every Interval.
+// Policy is one bucket shape: capacity Burst, refilled one token every
+// Interval, under the name Name. A Limiter has a default policy (named by
+// WithName, "default" otherwise) and any number of named ones (WithPolicy).
+// The name appears in the RateLimit-Policy header field, in Stats and in
+// metrics, and is part of the bucket's identity in a Store.
 type Policy struct {
+	Name     string
 	Burst    int
 	Interval time.Duration
 }
 
-// Result is a Store's answer for one request.
+// DefaultPolicyName names the default policy unless WithName says otherwise.
+const DefaultPolicyName = "default"
+
+// Result is a Store's answer about one bucket.
 type Result struct {
-	// Allowed reports whether the request may proceed; it consumed one token.
+	// Allowed reports, for Take, whether the tokens were charged; for Peek
+	// and Refund, whether at least one whole token is available now.
 	Allowed bool
-	// Remaining is the number of whole tokens left after this request.
+	// Remaining is the number of whole tokens left after the call.
 	Remaining int
-	// RetryAfter is the time until at least one whole token exists: for a
-	// denied request, when to retry; zero while Remaining > 0.
+	// RetryAfter is how long until the request can succeed: for a denied
+	// Take of n tokens, until n tokens exist; otherwise, until one whole
+	// token exists, which is zero while Remaining > 0.
 	RetryAfter time.Duration
-	// ResetAfter is the time until the bucket is full again.
+	// ResetAfter is the time until the bucket is full again. It is the
+	// bucket's whole state: a Limiter uses it to continue locally from what
+	// a remote store last said (see FailLocal).
 	ResetAfter time.Duration
 }
 
-// Store keeps the token buckets of a Limiter, one per key.
+// Store keeps token buckets, one per (policy, key). The in-memory store that a
+// Limiter uses by default is built in; WithStore plugs in another, such as
+// the redisstore module. Package storetest is the conformance suite every
+// Store should pass.
 //
-// Take charges one request to key under policy p and returns the decision. It
-// must decide and count atomically: concurrent calls for one key, from one or
-// many processes, never let more than Burst requests through a full bucket. A
-// denied request consumes nothing. Take must be safe for concurrent use.
+// Contract, for every method:
+//   - Buckets of different policies are distinct: Name, Burst and Interval
+//     all belong to a bucket's identity, so two limiters with different
+//     policies on one store never share a bucket. Two equal policies share
+//     their buckets, which is how a fleet shares one budget.
+//   - Each call is atomic: concurrent calls for one key, from one process or
+//     many, never let more than Burst tokens through a full bucket.
+//   - Decisions are those of a token bucket (GCRA): Take of n at an instant
+//     when the bucket holds at least n tokens removes them; otherwise it is
+//     denied and changes nothing.
+//   - The Limiter passes 1 <= n <= p.Burst, a valid policy, and non-empty keys
+//     (the strings its KeyFunc returned, UnkeyedKey, or keys given to
+//     Limiter.AllowKey). Keys may hold any bytes.
+//   - A non-nil error means the store could not answer (a remote store timed
+//     out, say). The Limiter then applies its failure policy (see
+//     WithStoreFailure) and reports the error to observers, never to the
+//     client. Errors should start with the store's package name.
 //
-// A non-nil error means the store could not decide (a remote store timed out,
-// say); the Limiter then applies its failure policy (see WithStoreFailure) and
-// reports the error to observers, never to the client. The keys a Limiter
-// passes are the strings its KeyFunc returned, or UnkeyedKey.
+// Implementations must be safe for concurrent use.
 type Store interface {
-	Take(ctx context.Context, key string, p Policy) (Result, error)
+	// Take charges n tokens to key's bucket under p.
+	Take(ctx context.Context, key string, p Policy, n int) (Result, error)
+	// Refund gives n tokens back to key's bucket, never filling it above
+	// Burst (refunding a full or missing bucket changes nothing).
+	Refund(ctx context.Context, key string, p Policy, n int) (Result, error)
+	// Peek reports key's bucket without changing it.
+	Peek(ctx context.Context, key string, p Policy) (Result, error)
+	// Reset makes key's bucket full, as if it had never been used. Resetting
+	// a key that has no bucket is not an error.
+	Reset(ctx context.Context, key string, p Policy) error
 }
 
-// MemoryStore is the in-process Store that a Limiter uses unless WithStore
-// says otherwise. It keeps at most maxKeys buckets in a sharded table of
-// about 30 bytes per key (key hashes, never key strings):
-//
-//   - a bucket that has refilled completely is indistinguishable from a new one
-//     and is dropped as the table comes across it;
-//   - when the table is full, a new key replaces the fullest bucket of a random
-//     sample, never a bucket that is empty: an active abuser keeps its empty
-//     bucket and stays limited;
-//   - if all sampled buckets are empty, the new key shares one overflow bucket
-//     with every other key in that situation, which limits them together rather
-//     than not at all.
-//
-// Keys are identified by a 64-bit keyed hash (hash/maphash, seeded at random
-// per store), so clients cannot aim for collisions. Two keys that collide
-// share a bucket: that limits them more, never less. With 10 million live
-// keys the chance of any collision is about 2.7e-6.
-//
-// A MemoryStore enforces the policy of the first Take (or of the Limiter it
-// is given to) and rejects a different one: give each Limiter its own. It is
-// safe for concurrent use and starts no goroutine.
-type MemoryStore struct {
-	maxKeys int
-	seed    maphash.Seed
-	epoch   time.Time
+// maxPolicyName bounds the length of a policy name.
+const maxPolicyName = 64
 
-	mu    sync.Mutex                   // serialises the first bind
-	table atomic.Pointer[bucket.Table] // set once by bind
-}
-
-// DefaultMaxKeys is the capacity of the default MemoryStore: about 32 MB when
-// full. Buckets are dropped once they have refilled, so the table holds only
-// the clients seen within one full refill time (60 s for 300/min), and this
-// many distinct clients in that time is far beyond normal load.
-const DefaultMaxKeys = 1 << 20
-
-// NewMemoryStore returns an empty in-memory store that keeps at most maxKeys
-// buckets. maxKeys must be at least 1.
-func NewMemoryStore(maxKeys int) (*MemoryStore, error) {
-	if maxKeys < 1 {
-		return nil, fmt.Errorf("addrlimit: max keys must be at least 1, got %d", maxKeys)
+// checkPolicyName reports whether name may name a policy: 1 to 64 bytes of
+// A-Z a-z 0-9 . _ - (so it needs no escaping in a header field, a metric
+// label or a store key).
+func checkPolicyName(name string) error {
+	if name == "" {
+		return fmt.Errorf("addrlimit: policy name is empty")
 	}
-	return &MemoryStore{maxKeys: maxKeys, seed: maphash.MakeSeed(), epoch: time.Now()}, nil
-}
-
-var errPolicyMismatch = errors.New("addrlimit: MemoryStore already enforces a different policy; give each Limiter its own store")
-
-// bind fixes the store's policy, or checks that it is the one already fixed.
-func (m *MemoryStore) bind(p Policy) (*bucket.Table, error) {
-	t := m.table.Load()
-	if t == nil {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if t = m.table.Load(); t == nil {
-			pol, err := bucket.NewPolicy(p.Burst, p.Interval)
-			if err != nil {
-				return nil, fmt.Errorf("addrlimit: %w", err)
-			}
-			t = bucket.NewTable(pol, m.maxKeys)
-			m.table.Store(t)
+	if len(name) > maxPolicyName {
+		return fmt.Errorf("addrlimit: policy name is %d bytes, longer than the maximum of %d", len(name), maxPolicyName)
+	}
+	for _, c := range []byte(name) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("addrlimit: policy name %q has a character outside A-Z a-z 0-9 . _ -", name)
 		}
 	}
-	if pol := t.Policy(); pol.Burst() != p.Burst || pol.Interval() != p.Interval {
-		return nil, errPolicyMismatch
-	}
-	return t, nil
+	return nil
 }
-
-func (m *MemoryStore) now() int64 { return int64(time.Since(m.epoch)) }
-
-// Take implements Store. It fails only when p differs from the policy the
-// store enforces.
-func (m *MemoryStore) Take(_ context.Context, key string, p Policy) (Result, error) {
-	t, err := m.bind(p)
-	if err != nil {
-		return Result{}, err
-	}
-	return Result(t.Take(maphash.String(m.seed, key), m.now())), nil
-}
-
-// takeAddr is the Limiter's fast path for the default key: it hashes the
-// normalised address bytes instead of formatting the key string.
-func (m *MemoryStore) takeAddr(t *bucket.Table, a netip.Addr) Result {
-	b := a.As16()
-	return Result(t.Take(maphash.Bytes(m.seed, b[:]), m.now()))
-}
-
-// Len returns the number of buckets held.
-func (m *MemoryStore) Len() int {
-	if t := m.loadTable(); t != nil {
-		return t.Len()
-	}
-	return 0
-}
-
-// Evictions returns how many buckets that had not refilled were dropped to
-// make room for new keys.
-func (m *MemoryStore) Evictions() uint64 {
-	if t := m.loadTable(); t != nil {
-		return t.Evictions()
-	}
-	return 0
-}
-
-// counts returns how many requests the store allowed and denied.
-func (m *MemoryStore) counts() (allowed, limited uint64) {
-	if t := m.loadTable(); t != nil {
-		return t.Counts()
-	}
-	return 0, 0
-}
-
-// Overflows returns how many requests were charged to the shared overflow
-// bucket because the table was full of empty buckets.
-func (m *MemoryStore) Overflows() uint64 {
-	if t := m.loadTable(); t != nil {
-		return t.Overflows()
-	}
-	return 0
-}
-
-func (m *MemoryStore) loadTable() *bucket.Table { return m.table.Load() }

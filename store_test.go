@@ -4,18 +4,12 @@ import (
 	"testing"
 
 	"github.com/addrlimit/addrlimit"
-	"github.com/addrlimit/addrlimit/internal/storetest"
+	"github.com/addrlimit/addrlimit/storetest"
 )
 
 func TestMemoryStoreConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) addrlimit.Store {
-			s, err := addrlimit.NewMemoryStore(1000)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
+		New:    func(t *testing.T) addrlimit.Store { return addrlimit.NewTestMemoryStore(1000) },
 		Bubble: true,
 	})
 }

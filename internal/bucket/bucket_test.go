@@ -36,40 +36,117 @@ func (r *reference) nearInteger(x float64) bool {
 	return math.Abs(x-math.Round(x)) < tol
 }
 
-// step advances time by d and takes one request from both. It reports false
-// when the two disagree only because of x/time/rate's floating-point
-// rounding at an exact token boundary, after which their states differ and
-// the comparison must stop.
-func (r *reference) step(d time.Duration) bool {
+// limiterAt returns a fresh x/time/rate limiter of r's shape that holds
+// tokens (0 <= tokens <= burst) at instant at: full at some earlier instant s,
+// charged the whole tokens missing at s, then refilled the fraction by at.
+// x/time/rate has no way to add tokens, so this is how the reference models a
+// refund, and how it probes a reservation without disturbing r.lim.
+func (r *reference) limiterAt(at time.Time, tokens float64) *rate.Limiter {
+	whole := math.Floor(tokens)
+	frac := time.Duration(math.Round((tokens - whole) * float64(r.p.Interval())))
+	lim := rate.NewLimiter(r.lim.Limit(), r.lim.Burst())
+	if !lim.AllowN(at.Add(-frac), r.p.Burst()-int(whole)) {
+		r.t.Fatalf("rebuilding a limiter with %.9f tokens failed", tokens)
+	}
+	return lim
+}
+
+// op is one call on both implementations.
+type op struct {
+	kind int // opTake, opRefund or opPeek
+	n    int
+}
+
+const (
+	opTake = iota
+	opRefund
+	opPeek
+)
+
+// step advances time by d and applies o to both. It reports false when the
+// two disagree only because of x/time/rate's floating-point rounding at an
+// exact token boundary, after which their states differ and the comparison
+// must stop.
+func (r *reference) step(d time.Duration, o op) bool {
 	r.t.Helper()
 	r.now += int64(d)
 	at := r.base.Add(time.Duration(r.now))
 	before := r.lim.TokensAt(at)
-	allowed := r.lim.AllowN(at, 1)
-	after := r.lim.TokensAt(at)
-
 	var res Result
-	r.tat, res = r.p.Take(r.tat, r.now)
-	if res.Allowed != allowed {
-		if r.nearInteger(before) {
-			return false
+	after := before
+	switch o.kind {
+	case opTake:
+		allowed := r.lim.AllowN(at, o.n)
+		after = r.lim.TokensAt(at)
+		r.tat, res = r.p.Take(r.tat, r.now, int64(o.n))
+		if res.Allowed != allowed {
+			if r.nearInteger(before - float64(o.n)) {
+				return false
+			}
+			r.t.Fatalf("at %v (burst %d, interval %v): Take(%d) allowed=%v, x/time/rate allowed=%v with %.9f tokens",
+				time.Duration(r.now), r.p.Burst(), r.p.Interval(), o.n, res.Allowed, allowed, before)
 		}
-		r.t.Fatalf("at %v (burst %d, interval %v): gcra allowed=%v, x/time/rate allowed=%v with %.9f tokens",
-			time.Duration(r.now), r.p.Burst(), r.p.Interval(), res.Allowed, allowed, before)
+		if !allowed {
+			// Time until n tokens exist: what a reservation of n would wait.
+			want := r.limiterAt(at, before).ReserveN(at, o.n).DelayFrom(at)
+			r.checkDuration("retry after (denied Take)", res.RetryAfter, want)
+			r.checkRemaining(res, after)
+			r.checkResetAfter(res, after)
+			return true
+		}
+	case opRefund:
+		after = min(before+float64(o.n), float64(r.p.Burst())) // never above full
+		r.lim = r.limiterAt(at, after)
+		r.tat, res = r.p.Refund(r.tat, r.now, int64(o.n))
+	case opPeek:
+		res = r.p.Peek(r.tat, r.now)
 	}
-	if want := int(math.Floor(after)); res.Remaining != want && !r.nearInteger(after) {
-		r.t.Fatalf("at %v: remaining %d, x/time/rate %d (%.9f tokens)", time.Duration(r.now), res.Remaining, want, after)
+	if o.kind != opTake && res.Allowed != (after >= 1) && !r.nearInteger(after) {
+		r.t.Fatalf("at %v: allowed=%v with %.9f tokens", time.Duration(r.now), res.Allowed, after)
 	}
+	r.checkRemaining(res, after)
+	r.checkResetAfter(res, after)
 	if after < 1 && !r.nearInteger(after) {
 		// Time until one whole token: (1 - tokens) / rate, the GUIDE's formula.
-		want := time.Duration((1 - after) / float64(r.lim.Limit()) * float64(time.Second))
-		if diff := res.RetryAfter - want; diff < -time.Microsecond || diff > time.Microsecond {
-			r.t.Fatalf("at %v: retry after %v, x/time/rate %v", time.Duration(r.now), res.RetryAfter, want)
-		}
+		r.checkDuration("retry after", res.RetryAfter, time.Duration((1-after)/float64(r.lim.Limit())*float64(time.Second)))
 	} else if after >= 1 && res.RetryAfter != 0 {
 		r.t.Fatalf("at %v: retry after %v with %.3f tokens left", time.Duration(r.now), res.RetryAfter, after)
 	}
 	return true
+}
+
+func (r *reference) checkRemaining(res Result, tokens float64) {
+	r.t.Helper()
+	if want := int(math.Floor(tokens)); res.Remaining != want && !r.nearInteger(tokens) {
+		r.t.Fatalf("at %v: remaining %d, x/time/rate %d (%.9f tokens)", time.Duration(r.now), res.Remaining, want, tokens)
+	}
+}
+
+func (r *reference) checkResetAfter(res Result, tokens float64) {
+	r.t.Helper()
+	want := time.Duration((float64(r.p.Burst()) - tokens) / float64(r.lim.Limit()) * float64(time.Second))
+	r.checkDuration("reset after", res.ResetAfter, want)
+}
+
+func (r *reference) checkDuration(what string, got, want time.Duration) {
+	r.t.Helper()
+	if diff := got - want; diff < -time.Microsecond || diff > time.Microsecond {
+		r.t.Fatalf("at %v (burst %d, interval %v): %s %v, x/time/rate %v", time.Duration(r.now), r.p.Burst(), r.p.Interval(), what, got, want)
+	}
+}
+
+// randomOp is mostly Take(1), as traffic is, with Take(n), Refund(n) and Peek.
+func randomOp(rng *rand.Rand, burst int) op {
+	switch rng.IntN(8) {
+	case 0:
+		return op{kind: opTake, n: 1 + rng.IntN(burst)}
+	case 1:
+		return op{kind: opRefund, n: 1 + rng.IntN(burst)}
+	case 2:
+		return op{kind: opPeek}
+	default:
+		return op{kind: opTake, n: 1}
+	}
 }
 
 func TestPolicyMatchesXTimeRate(t *testing.T) {
@@ -91,7 +168,7 @@ func TestPolicyMatchesXTimeRate(t *testing.T) {
 				d = time.Duration(rng.Int64N(int64(interval) * int64(burst+2)))
 			}
 			steps++
-			if !r.step(d) {
+			if !r.step(d, randomOp(rng, burst)) {
 				stopped++
 				break
 			}
@@ -108,12 +185,12 @@ func TestPolicyMatchesXTimeRate(t *testing.T) {
 func TestPolicyIncidentShape(t *testing.T) {
 	r := newReference(t, 300, 200*time.Millisecond)
 	for i := range 300 {
-		if !r.step(0) {
+		if !r.step(0, op{kind: opTake, n: 1}) {
 			t.Fatalf("step %d", i)
 		}
 	}
 	p := r.p
-	if _, res := p.Take(r.tat, r.now); res.Allowed || res.RetryAfter != 200*time.Millisecond || res.ResetAfter != time.Minute {
+	if _, res := p.Take(r.tat, r.now, 1); res.Allowed || res.RetryAfter != 200*time.Millisecond || res.ResetAfter != time.Minute {
 		t.Fatalf("301st request: %+v", res)
 	}
 }
@@ -130,11 +207,17 @@ func FuzzPolicyMatchesXTimeRate(f *testing.F) {
 			return
 		}
 		r := newReference(t, int(burst), time.Duration(interval))
-		for len(gaps) >= 2 {
+		for len(gaps) >= 3 {
 			// Gaps in units of interval/256, so sequences cross token boundaries often.
 			d := time.Duration(uint64(binary.LittleEndian.Uint16(gaps)) * uint64(interval) / 256)
-			gaps = gaps[2:]
-			if !r.step(d) {
+			// The third byte picks the call: Take(1) for most values, else
+			// Take, Refund or Peek of 1 + byte/4 mod burst tokens.
+			o := op{kind: opTake, n: 1}
+			if k := int(gaps[2] % 8); k < 3 {
+				o = op{kind: k, n: 1 + int(gaps[2]/8)%int(burst)}
+			}
+			gaps = gaps[3:]
+			if !r.step(d, o) {
 				return
 			}
 		}
@@ -167,16 +250,16 @@ func TestSweepDropsFullBuckets(t *testing.T) {
 		t.Fatalf("%d shards", len(tab.shards))
 	}
 	for h := range uint64(60) {
-		tab.Take(h, 0)
+		tab.Take(h, 0, 1)
 	}
 	now := int64(time.Second) // all 60 full again
 	for h := range uint64(10) {
-		tab.Take(1000+h, now)
+		tab.Take(1000+h, now, 1)
 	}
-	if n := tab.Len(); n != 10 {
+	if n := tab.Stats().Keys; n != 10 {
 		t.Fatalf("table holds %d buckets, want the 10 live ones", n)
 	}
-	if tab.Evictions() != 0 {
+	if tab.Stats().Evictions != 0 {
 		t.Fatal("dropping full buckets counted as evictions")
 	}
 }
@@ -187,37 +270,37 @@ func TestEvictionSparesEmptyBuckets(t *testing.T) {
 	// Four abusers empty their buckets; four light users take one token each.
 	for h := range uint64(4) {
 		for range 4 {
-			tab.Take(h, 0)
+			tab.Take(h, 0, 1)
 		}
 	}
 	for h := uint64(4); h < 8; h++ {
-		tab.Take(h, 0)
+		tab.Take(h, 0, 1)
 	}
 	// A flood of new keys evicts only light users and flood keys.
 	for h := uint64(100); h < 10_000; h++ {
-		tab.Take(h, int64(h))
+		tab.Take(h, int64(h), 1)
 	}
 	for h := range uint64(4) {
-		if res := tab.Take(h, 20_000); res.Allowed {
+		if res := tab.Take(h, 20_000, 1); res.Allowed {
 			t.Fatalf("abuser %d was evicted and got a fresh bucket", h)
 		}
 	}
-	if tab.Len() != 8 || tab.Evictions() != 10_000-100 {
-		t.Fatalf("len %d evictions %d", tab.Len(), tab.Evictions())
+	if tab.Stats().Keys != 8 || tab.Stats().Evictions != 10_000-100 {
+		t.Fatalf("len %d evictions %d", tab.Stats().Keys, tab.Stats().Evictions)
 	}
 }
 
 func TestEvictionPicksTheFullestBucket(t *testing.T) {
 	p := mustPolicy(t, 10, time.Second)
 	tab := NewTable(p, 3)
-	tab.Take(1, 0)
+	tab.Take(1, 0, 1)
 	for range 5 {
-		tab.Take(2, 0)
+		tab.Take(2, 0, 1)
 	}
 	for range 3 {
-		tab.Take(3, 0)
+		tab.Take(3, 0, 1)
 	}
-	tab.Take(4, 0) // evicts key 1, which has 9 tokens left
+	tab.Take(4, 0, 1) // evicts key 1, which has 9 tokens left
 	if _, ok := tab.shards[0].tats[1]; ok {
 		t.Fatal("key 1 (fullest) survived")
 	}

@@ -44,41 +44,65 @@ func (p Policy) Burst() int { return int(p.burst) }
 // Interval is the time for one token to refill.
 func (p Policy) Interval() time.Duration { return time.Duration(p.interval) }
 
-// Result is the outcome of one Take.
+// Result is the outcome of one Take, Refund or Peek.
 type Result struct {
+	// Allowed reports, for Take, that the n tokens were charged; for Refund
+	// and Peek, that at least one whole token is available now.
 	Allowed bool
-	// Remaining is the number of whole tokens left after this request.
+	// Remaining is the number of whole tokens left after the call.
 	Remaining int
-	// RetryAfter is the time until at least one whole token exists; zero while
-	// Remaining > 0.
+	// RetryAfter is the time until at least one whole token exists (for a
+	// denied Take of n tokens: until n tokens exist); zero while Remaining > 0.
 	RetryAfter time.Duration
 	// ResetAfter is the time until the bucket is full again.
 	ResetAfter time.Duration
 }
 
-// Take charges one request arriving at now to a bucket whose state is tat
-// (0 or any value <= now for a full bucket). It returns the new state and the
-// result. A denied request does not change the state.
-func (p Policy) Take(tat, now int64) (int64, Result) {
+// Take charges n tokens at now to a bucket whose state is tat (0, or any
+// value <= now, for a full bucket) and returns the new state and the result.
+// A denied Take does not change the state. The caller guarantees
+// 1 <= n <= Burst.
+func (p Policy) Take(tat, now, n int64) (int64, Result) {
 	if tat < now {
 		tat = now
 	}
-	next := tat + p.interval
+	next := tat + n*p.interval
 	if next-now > p.tau {
 		return tat, Result{
+			Remaining:  int((now + p.tau - tat) / p.interval),
 			RetryAfter: time.Duration(next - p.tau - now),
 			ResetAfter: time.Duration(tat - now),
 		}
 	}
-	res := Result{
-		Allowed:    true,
-		Remaining:  int((now + p.tau - next) / p.interval),
-		ResetAfter: time.Duration(next - now),
-	}
-	if res.Remaining == 0 {
-		res.RetryAfter = time.Duration(next + p.interval - p.tau - now)
-	}
+	res := p.Peek(next, now)
+	res.Allowed = true
 	return next, res
+}
+
+// Refund gives n tokens back at now to a bucket in state tat, never above
+// full, and returns the new state and its Peek result. The caller guarantees
+// 1 <= n <= Burst.
+func (p Policy) Refund(tat, now, n int64) (int64, Result) {
+	tat = max(tat-n*p.interval, now)
+	return tat, p.Peek(tat, now)
+}
+
+// Peek reports a bucket in state tat at now without changing it. Allowed
+// means at least one whole token is available.
+func (p Policy) Peek(tat, now int64) Result {
+	if tat < now {
+		tat = now
+	}
+	res := Result{
+		Remaining:  int((now + p.tau - tat) / p.interval),
+		ResetAfter: time.Duration(tat - now),
+	}
+	if res.Remaining > 0 {
+		res.Allowed = true
+	} else {
+		res.RetryAfter = time.Duration(tat + p.interval - p.tau - now)
+	}
+	return res
 }
 
 // Full reports whether a bucket in state tat is full at now: such a bucket is

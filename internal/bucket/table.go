@@ -3,6 +3,7 @@ package bucket
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // evictionSample is how many entries a full shard inspects to make room for a
@@ -72,25 +73,78 @@ func NewTable(policy Policy, maxKeys int) *Table {
 // Policy returns the policy the table enforces.
 func (t *Table) Policy() Policy { return t.policy }
 
-// Take charges one request at now to the bucket of hash h.
-func (t *Table) Take(h uint64, now int64) Result {
-	s := &t.shards[(h^h>>32)&t.mask]
+// Take charges n tokens at now to the bucket of hash h (1 <= n <= Burst,
+// checked by the caller).
+func (t *Table) Take(h uint64, now, n int64) Result {
+	s := t.shard(h)
 	s.mu.Lock()
 	tat, ok := s.tats[h]
 	if !ok && !s.admit(t.policy, now) {
 		s.mu.Unlock()
 		t.overflows.Add(1)
-		return t.overflow.take(t.policy, 0, now)
+		return t.overflow.take(t.policy, 0, now, n)
 	}
-	res := s.charge(t.policy, h, tat, now)
+	res := s.charge(t.policy, h, tat, now, n)
 	s.mu.Unlock()
 	return res
 }
 
-// charge applies one request to the bucket of h, whose state is tat, and
-// counts the decision. It runs with s.mu held.
-func (s *shard) charge(p Policy, h uint64, tat, now int64) Result {
-	tat, res := p.Take(tat, now)
+func (t *Table) shard(h uint64) *shard { return &t.shards[(h^h>>32)&t.mask] }
+
+// Refund gives n tokens back at now to the bucket of hash h, never above full.
+func (t *Table) Refund(h uint64, now, n int64) Result {
+	s := t.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tat, ok := s.tats[h]
+	if !ok {
+		return t.policy.Peek(0, now)
+	}
+	tat, res := t.policy.Refund(tat, now, n)
+	if t.policy.Full(tat, now) {
+		delete(s.tats, h)
+	} else {
+		s.tats[h] = tat
+	}
+	return res
+}
+
+// Peek reports the bucket of hash h at now without changing it.
+func (t *Table) Peek(h uint64, now int64) Result {
+	s := t.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return t.policy.Peek(s.tats[h], now)
+}
+
+// Reset makes the bucket of hash h full.
+func (t *Table) Reset(h uint64, _ int64) {
+	s := t.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.tats, h)
+}
+
+// Mirror sets the bucket of hash h to the state a remote store reported at
+// now: full again after resetAfter.
+func (t *Table) Mirror(h uint64, now int64, resetAfter time.Duration) {
+	s := t.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tat := now + min(int64(max(resetAfter, 0)), t.policy.tau)
+	if t.policy.Full(tat, now) {
+		delete(s.tats, h)
+		return
+	}
+	if _, ok := s.tats[h]; ok || s.admit(t.policy, now) {
+		s.tats[h] = tat
+	}
+}
+
+// charge applies n tokens to the bucket of h, whose state is tat, and counts
+// the decision. It runs with s.mu held.
+func (s *shard) charge(p Policy, h uint64, tat, now, n int64) Result {
+	tat, res := p.Take(tat, now, n)
 	if res.Allowed {
 		s.tats[h] = tat
 		s.allowed++
@@ -140,50 +194,37 @@ func (s *shard) admit(p Policy, now int64) bool {
 	return false
 }
 
-func (s *shard) take(p Policy, h uint64, now int64) Result {
+func (s *shard) take(p Policy, h uint64, now, n int64) Result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.charge(p, h, s.tats[h], now)
+	return s.charge(p, h, s.tats[h], now, n)
 }
 
-// Len returns the number of buckets held, the overflow bucket excluded.
-func (t *Table) Len() int {
-	n := 0
+// TableStats is a snapshot of a Table's counters.
+type TableStats struct {
+	Allowed, Limited uint64 // Take decisions
+	Keys             int    // exact buckets held
+	Evictions        uint64 // buckets that had not refilled, dropped to make room
+	ApproxKeys       int    // estimate of keys whose state lives only in the approximate memory
+	ApproxFill       float64
+}
+
+// Stats returns the table's counters. It locks each shard in turn.
+func (t *Table) Stats() TableStats {
+	var st TableStats
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		n += len(s.tats)
-		s.mu.Unlock()
-	}
-	return n
-}
-
-// Counts returns how many requests the table allowed and denied.
-func (t *Table) Counts() (allowed, limited uint64) {
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		allowed, limited = allowed+s.allowed, limited+s.limited
+		st.Allowed += s.allowed
+		st.Limited += s.limited
+		st.Keys += len(s.tats)
+		st.Evictions += s.evictions
 		s.mu.Unlock()
 	}
 	s := &t.overflow
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return allowed + s.allowed, limited + s.limited
+	st.Allowed += s.allowed
+	st.Limited += s.limited
+	s.mu.Unlock()
+	return st
 }
-
-// Evictions returns how many non-full buckets were dropped to make room.
-func (t *Table) Evictions() uint64 {
-	var n uint64
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		n += s.evictions
-		s.mu.Unlock()
-	}
-	return n
-}
-
-// Overflows returns how many requests were charged to the overflow bucket
-// because their shard was full of empty buckets.
-func (t *Table) Overflows() uint64 { return t.overflows.Load() }

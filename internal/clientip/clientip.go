@@ -56,7 +56,8 @@ func (t Trusted) Contains(a netip.Addr) bool {
 func Normalise(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
 
 // Resolve returns the client address for a request from peer (normalised,
-// and inside t) that carried lines of a header in format f. With a non-nil
+// and inside t; or the zero Addr for a trusted peer without an address, such
+// as a Unix socket) that carried lines of a header in format f. With a non-nil
 // error the address is still the one to use: the peer when the header is
 // missing, the nearest trusted hop to the right of an unparsable element.
 func Resolve(f Format, t Trusted, peer netip.Addr, lines []string) (netip.Addr, error) {

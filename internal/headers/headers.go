@@ -110,31 +110,33 @@ type Writer struct {
 	limit    string   // X-RateLimit-Limit value
 	byRemain []string // RateLimit values for r = index, t = 0
 	byWait   []string // RateLimit values for r = 0, t = index
+	item     string   // the policy name as a structured-field string: "name"
 	arena    arena
 }
 
-// New pre-renders the fields for a bucket of capacity burst refilled one token
-// per interval.
-func New(style Style, burst int, interval time.Duration) *Writer {
-	w := &Writer{style: style, limit: itoa(burst)}
+// New pre-renders the fields of the policy called name (A-Z a-z 0-9 . _ -,
+// which a structured-field string holds without escaping) for a bucket of
+// capacity burst refilled one token per interval.
+func New(style Style, name string, burst int, interval time.Duration) *Writer {
+	w := &Writer{style: style, limit: itoa(burst), item: `"` + name + `"`}
 	if style != Draft {
 		return w
 	}
 	window := max(Seconds(time.Duration(burst)*interval), 1)
-	w.policy = `"default";q=` + itoa(burst) + ";w=" + itoa(window)
+	w.policy = w.item + ";q=" + itoa(burst) + ";w=" + itoa(window)
 	w.byRemain = make([]string, min(burst, precomputed)+1)
 	for r := range w.byRemain {
-		w.byRemain[r] = rateLimit(r, 0)
+		w.byRemain[r] = w.renderRateLimit(r, 0)
 	}
 	w.byWait = make([]string, min(Seconds(interval), precomputed)+1)
 	for t := range w.byWait {
-		w.byWait[t] = rateLimit(0, t)
+		w.byWait[t] = w.renderRateLimit(0, t)
 	}
 	return w
 }
 
-func rateLimit(r, t int) string {
-	return `"default";r=` + strconv.Itoa(r) + ";t=" + strconv.Itoa(t)
+func (w *Writer) renderRateLimit(r, t int) string {
+	return w.item + ";r=" + strconv.Itoa(r) + ";t=" + strconv.Itoa(t)
 }
 
 // Write sets the fields for s on h, replacing earlier values.
@@ -185,7 +187,7 @@ func (w *Writer) rateLimit(r, t int) string {
 	if r == 0 && t < len(w.byWait) {
 		return w.byWait[t]
 	}
-	return rateLimit(r, t)
+	return w.renderRateLimit(r, t)
 }
 
 // WriteUnavailable sets the fields of a 503 sent because the store failed:

@@ -34,7 +34,7 @@ func TestWrite(t *testing.T) {
 		if tc.style != Draft {
 			delete(h, "Ratelimit")
 		}
-		New(tc.style, tc.burst, tc.ivl).Write(h, tc.st)
+		New(tc.style, "default", tc.burst, tc.ivl).Write(h, tc.st)
 		if len(h) != len(tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, h, tc.want)
 			continue
@@ -48,7 +48,7 @@ func TestWrite(t *testing.T) {
 }
 
 func BenchmarkWrite(b *testing.B) {
-	w := New(Draft, 300, 200*time.Millisecond)
+	w := New(Draft, "default", 300, 200*time.Millisecond)
 	h := http.Header{}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,0 +1,186 @@
+package addrlimit_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/addrlimit/addrlimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewInternalTokenErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		secrets []string
+		wantErr string
+	}{
+		{"no secret", nil, "at least one secret"},
+		{"empty", []string{""}, "secret 1 of 1 is empty"},
+		{"short", []string{"Zq8xK2mW9pL4vB7"}, "15 bytes, shorter than the minimum of 16"},
+		{"too long", []string{strings.Repeat("a", 513)}, "longer than the maximum"},
+		{"space inside", []string{"abcdefgh ijklmnopq"}, "outside RFC 6750 b64token"},
+		{"trailing newline", []string{"abcdefghijklmnopq\n"}, "outside RFC 6750 b64token"},
+		{"padding in the middle", []string{"abcdefgh=ijklmnopq"}, "outside RFC 6750 b64token"},
+		{"only padding", []string{"================"}, "outside RFC 6750 b64token"},
+		{"second of two is bad", []string{secret, "bad secret with spaces"}, "secret 2 of 2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tok, err := addrlimit.NewInternalToken(tc.secrets...)
+			if err == nil || tok != nil {
+				t.Fatalf("NewInternalToken = %v, %v; want an error", tok, err)
+			}
+			if !strings.HasPrefix(err.Error(), "addrlimit: ") || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %q, want %q", err, tc.wantErr)
+			}
+			for _, s := range tc.secrets {
+				if len(s) >= 8 && strings.Contains(err.Error(), s[:8]) {
+					t.Fatalf("error %q echoes a secret", err)
+				}
+			}
+		})
+	}
+}
+
+func TestMatch(t *testing.T) {
+	old, cur := "old-secret-aaaaaaaaaaaaaaaa", "new-secret-bbbbbbbbbbbbbbbb+/=="
+	tok := mustToken(t, old, cur)
+	tests := []struct {
+		name   string
+		fields []string
+		want   bool
+	}{
+		{"current secret", []string{"Authorization", "Bearer " + cur}, true},
+		{"old secret during rotation", []string{"Authorization", "Bearer " + old}, true},
+		{"scheme in any case", []string{"Authorization", "bEaReR " + cur}, true},
+		{"several spaces after the scheme", []string{"Authorization", "Bearer   " + cur}, true},
+		{"no header", nil, false},
+		{"two headers", []string{"Authorization", "Bearer " + cur, "Authorization", "Bearer " + cur}, false},
+		{"two values in one line", []string{"Authorization", "Bearer " + cur + ", Bearer " + cur}, false},
+		{"tab after scheme", []string{"Authorization", "Bearer\t" + cur}, false},
+		{"no space", []string{"Authorization", "Bearer" + cur}, false},
+		{"other scheme", []string{"Authorization", "Token " + cur}, false},
+		{"Bearerx scheme", []string{"Authorization", "Bearerx " + cur}, false},
+		{"case of the token matters", []string{"Authorization", "Bearer " + strings.ToUpper(cur)}, false},
+		{"padding stripped", []string{"Authorization", "Bearer " + strings.TrimRight(cur, "=")}, false},
+		{"concatenated secrets", []string{"Authorization", "Bearer " + old + cur}, false},
+		{"too long", []string{"Authorization", "Bearer " + strings.Repeat("a", 10000)}, false},
+		{"lowercase header name is canonicalised by net/http", []string{"authorization", "Bearer " + cur}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tok.Match(req("192.0.2.1:1", tc.fields...)); got != tc.want {
+				t.Fatalf("Match = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRequire(t *testing.T) {
+	tok := mustToken(t, secret)
+	h := tok.Require(okHandler)
+	if w := serve(h, req("192.0.2.1:1", "Authorization", "Bearer "+secret)); w.Code != 200 || w.Body.String() != "ok" {
+		t.Fatalf("valid token: %d %q", w.Code, w.Body.String())
+	}
+	w := serve(h, req("192.0.2.1:1", "Authorization", "Bearer wrong-but-well-formed-token"))
+	if w.Code != 401 || !strings.HasPrefix(w.Header().Get("WWW-Authenticate"), "Bearer") {
+		t.Fatalf("wrong token: %d %v", w.Code, w.Header())
+	}
+	if strings.Contains(w.Body.String(), "wrong") {
+		t.Fatalf("401 echoes the token: %q", w.Body.String())
+	}
+}
+
+func FuzzMatch(f *testing.F) {
+	tok := mustToken(f, secret)
+	for _, s := range []string{"Bearer " + secret, "bearer " + secret, "Bearer  " + secret, "Basic " + secret, "Bearer " + secret + "=", "", "Bearer"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		r := &http.Request{Header: http.Header{"Authorization": {v}}}
+		want := len(v) > 7 && strings.EqualFold(v[:7], "bearer ") && strings.TrimLeft(v[7:], " ") == secret
+		if got := tok.Match(r); got != want {
+			t.Fatalf("Match(%q) = %v, want %v", v, got, want)
+		}
+	})
+}
+
+const retiredSecret = "old-internal-secret-0123456789ab"
+
+func TestRetiredSecretIsAnUnforgeableSignal(t *testing.T) {
+	tok, err := mustToken(t, secret).WithRetired(retiredSecret)
+	require.NoError(t, err)
+	var decisions []addrlimit.Decision
+	lim := mustNew(t, 2, time.Hour, addrlimit.WithInternalToken(tok),
+		addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { decisions = append(decisions, d) }))
+	h := lim.Handler(okHandler)
+
+	assert.Equal(t, 10, count(codes(h, 10, func() *http.Request { return req("10.0.0.1:1", "Authorization", "Bearer "+secret) }), 200), "accepted secret: exempt")
+	got := codes(h, 4, func() *http.Request { return req("10.0.0.2:1", "Authorization", "Bearer "+retiredSecret) })
+	assert.Equal(t, "[200 200 429 429]", fmt.Sprint(got), "a retired secret is not exempt")
+	junk := codes(h, 4, func() *http.Request { return req("10.0.0.3:1", "Authorization", "Bearer junk-junk-junk") })
+	assert.Equal(t, "[200 200 429 429]", fmt.Sprint(junk))
+
+	s := lim.Stats()
+	assert.Equal(t, uint64(2), s.RetiredTokenLimited, "only the retired secret counts")
+	assert.Equal(t, uint64(4), s.CredentialedLimited, "anyone can raise the weak hint")
+	retired := 0
+	for _, d := range decisions {
+		if d.RetiredToken {
+			retired++
+		}
+	}
+	assert.Equal(t, 4, retired, "every decision of a retired secret is flagged")
+	assert.Equal(t, 401, serve(tok.Require(okHandler), req("10.0.0.2:1", "Authorization", "Bearer "+retiredSecret)).Code, "internal routes refuse a retired secret")
+	assert.Equal(t, 200, serve(tok.Require(okHandler), req("10.0.0.2:1", "Authorization", "Bearer "+secret)).Code)
+}
+
+func TestWithRetiredErrors(t *testing.T) {
+	tok := mustToken(t, secret)
+	for _, tc := range []struct {
+		name    string
+		secrets []string
+		want    string
+	}{
+		{"none", nil, "at least one secret"},
+		{"too short", []string{"short"}, "retired secret 1 of 1 is 5 bytes"},
+		{"accepted too", []string{retiredSecret, secret}, "retired secret 2 of 2 is also an accepted secret"},
+		{"bad character", []string{retiredSecret + " "}, "outside RFC 6750"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tok.WithRetired(tc.secrets...)
+			require.ErrorContains(t, err, tc.want)
+			assert.NotContains(t, err.Error(), secret)
+			assert.NotContains(t, err.Error(), retiredSecret)
+		})
+	}
+}
+
+func TestInternalTokenPrintsNoSecretMaterial(t *testing.T) {
+	tok, err := mustToken(t, secret, "second-secret-0123456789abcdef").WithRetired(retiredSecret)
+	require.NoError(t, err)
+	holder := struct{ Tok *addrlimit.InternalToken }{tok}
+	var logged bytes.Buffer
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("config", "token", tok)
+	outputs := []string{logged.String()}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%x", "%X", "%q", "%d"} {
+		outputs = append(outputs, fmt.Sprintf(verb, tok), fmt.Sprintf(verb, holder))
+	}
+	for _, out := range outputs {
+		assert.Contains(t, out, "InternalToken(2 secrets, 1 retired)")
+		for _, s := range []string{secret, retiredSecret} {
+			d := sha256.Sum256([]byte(s))
+			assert.NotContains(t, out, s)
+			assert.NotContains(t, out, hex.EncodeToString(d[:4]))
+			assert.NotContains(t, out, fmt.Sprint(d[0], " ", d[1], " ", d[2]), "digest bytes in decimal")
+		}
+	}
+}

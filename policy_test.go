@@ -1,0 +1,108 @@
+package addrlimit_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/addrlimit/addrlimit"
+)
+
+// partners maps verified partner API keys to partner names, as a real
+// service would after checking the key.
+var partners = map[string]string{"pk-acme-0123456789": "acme", "pk-globex-0123456789": "globex"}
+
+// byPartner selects the "partner" policy, keyed by partner, for requests
+// with a known partner key; everyone else gets the default per-address one.
+func byPartner(r *http.Request) (policy, key string, err error) {
+	k := r.Header.Get("X-Partner-Key")
+	if k == "" {
+		return "", "", nil
+	}
+	name, ok := partners[k]
+	if !ok {
+		return "", "", nil // unknown key: an anonymous client
+	}
+	return "partner", "partner:" + name, nil
+}
+
+func TestPerIdentityPolicies(t *testing.T) {
+	lim := mustNew(t, 2, time.Hour,
+		addrlimit.WithPolicy("partner", 5, time.Hour),
+		addrlimit.WithPolicySelector(byPartner))
+	h := lim.Handler(okHandler)
+	shared := "10.0.0.1:1" // partners and anonymous clients behind one egress
+
+	acme := codes(h, 7, func() *http.Request { return req(shared, "X-Partner-Key", "pk-acme-0123456789") })
+	globex := codes(h, 7, func() *http.Request { return req(shared, "X-Partner-Key", "pk-globex-0123456789") })
+	anon := codes(h, 4, func() *http.Request { return req(shared) })
+	forged := codes(h, 4, func() *http.Request { return req(shared, "X-Partner-Key", "pk-made-up") })
+	assert.Equal(t, 5, count(acme, 200), "acme has its own 5")
+	assert.Equal(t, 5, count(globex, 200), "globex has its own 5")
+	assert.Equal(t, 2, count(anon, 200), "the address keeps its 2")
+	assert.Equal(t, 0, count(forged, 200), "an unknown partner key is the address, already spent")
+
+	w := serve(h, req(shared, "X-Partner-Key", "pk-acme-0123456789"))
+	assert.Equal(t, `"partner";q=5;w=3600`, w.Header().Get("RateLimit-Policy"))
+	assert.Equal(t, `"partner";r=0;t=720`, w.Header().Get("RateLimit"))
+	w = serve(h, req("10.0.0.2:1"))
+	assert.Equal(t, `"default";q=2;w=3600`, w.Header().Get("RateLimit-Policy"))
+
+	s := lim.Stats()
+	require.Len(t, s.Policies, 2)
+	assert.Equal(t, addrlimit.PolicyStats{Name: "default", Allowed: 3, Limited: 6, Keys: 2}, s.Policies[0])
+	assert.Equal(t, addrlimit.PolicyStats{Name: "partner", Allowed: 10, Limited: 5, Keys: 2}, s.Policies[1])
+	assert.Equal(t, s.Policies[0].Allowed+s.Policies[1].Allowed, s.Allowed)
+	assert.Equal(t, []addrlimit.Policy{{Name: "default", Burst: 2, Interval: 30 * time.Minute}, {Name: "partner", Burst: 5, Interval: 12 * time.Minute}}, lim.Policies())
+}
+
+func TestPolicySelectorFailuresFallBackToTheDefault(t *testing.T) {
+	selErr := errors.New("credential store unreachable")
+	for _, tc := range []struct {
+		name    string
+		sel     addrlimit.PolicySelector
+		wantErr error
+	}{
+		{"unknown policy", func(*http.Request) (string, string, error) { return "platinum", "k", nil }, addrlimit.ErrUnknownPolicy},
+		{"selector error", func(*http.Request) (string, string, error) { return "partner", "k", selErr }, selErr},
+		{"huge unknown name", func(*http.Request) (string, string, error) { return strings.Repeat("x", 1<<20), "k", nil }, addrlimit.ErrUnknownPolicy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var seen []addrlimit.Decision
+			lim := mustNew(t, 1, time.Hour, addrlimit.WithPolicy("partner", 100, time.Hour), addrlimit.WithPolicySelector(tc.sel),
+				addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { seen = append(seen, d) }))
+			got := codes(lim.Handler(okHandler), 3, func() *http.Request { return req("192.0.2.1:1") })
+			assert.Equal(t, []int{200, 429, 429}, got, "charged to the default policy under the address")
+			for _, d := range seen {
+				require.ErrorIs(t, d.Err, tc.wantErr)
+				assert.Equal(t, "default", d.Policy)
+				assert.Equal(t, "192.0.2.1", d.Key)
+				assert.Less(t, len(d.Err.Error()), 200, "an error text stays small whatever the selector returned")
+			}
+		})
+	}
+}
+
+func TestNamedPolicyWithoutKeyUsesTheKeyFunc(t *testing.T) {
+	lim := mustNew(t, 1, time.Hour, addrlimit.WithPolicy("uploads", 3, time.Hour),
+		addrlimit.WithPolicySelector(func(r *http.Request) (string, string, error) {
+			if r.Method == http.MethodPost {
+				return "uploads", "", nil
+			}
+			return "", "", nil
+		}))
+	post := func() *http.Request { r := req("192.0.2.1:1"); r.Method = http.MethodPost; return r }
+	d := lim.Allow(post())
+	assert.Equal(t, "uploads", d.Policy)
+	assert.Equal(t, "192.0.2.1", d.Key)
+	assert.Equal(t, 2, d.Remaining)
+	assert.Equal(t, addrlimit.Allowed, lim.Allow(req("192.0.2.1:1")).Outcome, "the default policy has its own bucket for the address")
+	assert.Equal(t, addrlimit.Allowed, lim.AllowKey(context.Background(), "uploads", "192.0.2.1", 2).Outcome)
+	assert.Equal(t, addrlimit.Limited, lim.Allow(post()).Outcome)
+}

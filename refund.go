@@ -1,0 +1,79 @@
+package addrlimit
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+)
+
+// statusWriter records the status of the response a handler writes, for
+// WithRefund. It passes everything through: Flush, Hijack and ReadFrom
+// delegate to the wrapped ResponseWriter (through http.ResponseController,
+// which follows Unwrap), and Unwrap lets ResponseController reach its other
+// methods (deadlines, full duplex).
+type statusWriter struct {
+	http.ResponseWriter
+	code     int
+	hijacked bool
+}
+
+// status is the status the client got: the first one written, 200 when the
+// handler wrote nothing (net/http sends 200 then), 101 for a hijacked
+// connection.
+func (w *statusWriter) status() int {
+	switch {
+	case w.hijacked:
+		return http.StatusSwitchingProtocols
+	case w.code == 0:
+		return http.StatusOK
+	}
+	return w.code
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 && code >= 200 {
+		w.code = code // 1xx informational responses are not the status
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// ReadFrom lets io.Copy use the wrapped writer's ReadFrom (sendfile) when it
+// has one.
+func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(writerOnly{w.ResponseWriter}, src)
+}
+
+// writerOnly hides ReadFrom so that io.Copy does not call it again.
+type writerOnly struct{ io.Writer }
+
+func (w *statusWriter) Flush() {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.hijacked = true
+	}
+	return c, rw, err
+}
+
+// Unwrap returns the wrapped ResponseWriter, for http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

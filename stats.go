@@ -1,0 +1,79 @@
+package addrlimit
+
+// Stats is a snapshot of a Limiter's counters, all since New.
+type Stats struct {
+	// Decisions by outcome, all policies together. Limited includes dry-run
+	// decisions.
+	Allowed, Limited, Exempt uint64
+	// Refunded counts allowed requests whose tokens WithRefund gave back.
+	Refunded uint64
+	// CredentialedLimited counts Limited requests that carried an
+	// Authorization header. It is a hint, not proof: anyone can send
+	// "Authorization: Bearer junk".
+	CredentialedLimited uint64
+	// RetiredTokenLimited counts Limited requests that carried a secret the
+	// internal token has retired (InternalToken.WithRetired). Only your own
+	// services know those secrets, so this is the signal to alert on: one of
+	// them is being throttled because it still sends an old secret.
+	RetiredTokenLimited uint64
+	// KeyErrors counts requests whose key, policy or cost was not clean (see
+	// ErrNoClientAddress and its siblings); each was still charged.
+	// StoreErrors counts Store failures, decided by the failure policy.
+	KeyErrors, StoreErrors uint64
+	// Keys is the number of exact buckets held in memory, all policies
+	// together (the buckets themselves, or the local fallback of a remote
+	// store). Evictions counts buckets moved from the exact table into the
+	// approximate memory to make room for new keys.
+	Keys      int
+	Evictions uint64
+	// ApproxKeys estimates how many keys' state lives only in the
+	// approximate memory, and ApproxFill is the fraction of its cells that
+	// still hold a time in the future, in the fullest policy's table (0 until
+	// a table first fills). A
+	// rising ApproxFill means an address flood; near 1, newcomers start to
+	// share limits with the flood.
+	ApproxKeys int
+	ApproxFill float64
+	// Policies breaks the decisions down by policy: the default one first.
+	Policies []PolicyStats
+}
+
+// PolicyStats are the counters of one policy.
+type PolicyStats struct {
+	Name             string
+	Allowed, Limited uint64
+	Keys             int
+}
+
+// Stats returns the counters. It is safe to call concurrently with requests,
+// costs a pass over the tables, and suits expvar.Func or a metrics collector
+// that reads it at scrape time.
+func (l *Limiter) Stats() Stats {
+	s := Stats{
+		Exempt:              l.exempted.Load(),
+		Refunded:            l.refunded.Load(),
+		CredentialedLimited: l.credentialed.Load(),
+		RetiredTokenLimited: l.retiredLimited.Load(),
+		KeyErrors:           l.keyErrors.Load(),
+		StoreErrors:         l.storeErrors.Load(),
+	}
+	var fill float64
+	for _, ps := range l.policies {
+		t := ps.table.Stats()
+		p := PolicyStats{
+			Name:    ps.Name,
+			Allowed: t.Allowed + ps.allowed.Load(),
+			Limited: t.Limited + ps.limited.Load(),
+			Keys:    t.Keys,
+		}
+		s.Policies = append(s.Policies, p)
+		s.Allowed += p.Allowed
+		s.Limited += p.Limited
+		s.Keys += p.Keys
+		s.Evictions += t.Evictions
+		s.ApproxKeys += t.ApproxKeys
+		fill = max(fill, t.ApproxFill)
+	}
+	s.ApproxFill = fill
+	return s
+}

@@ -1,0 +1,323 @@
+// Package storetest is the conformance suite for addrlimit.Store
+// implementations, in the style of testing/fstest: the built-in in-memory
+// store, the redisstore module and any third-party store (memcached,
+// Postgres, DynamoDB, …) run the same sequences of calls and must give the
+// same decisions, Remaining, RetryAfter and ResetAfter.
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Harness{
+//			New:       func(t *testing.T) addrlimit.Store { return newEmptyStore(t) },
+//			Tolerance: 50 * time.Millisecond, // real clock: time passes between calls
+//		})
+//	}
+//
+// The suite sleeps for a few seconds in total when the store reads a real
+// clock; with Harness.Bubble the sleeps are instant.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/addrlimit/addrlimit"
+)
+
+// Harness describes the store under test.
+type Harness struct {
+	// New returns an empty store: no key may have a bucket. It is called
+	// once per subtest, inside the synctest bubble when Bubble is set.
+	New func(t *testing.T) addrlimit.Store
+	// Bubble runs each subtest in a testing/synctest bubble, so that sleeps
+	// are instant and exact. Use it for stores that read time.Now.
+	Bubble bool
+	// Tolerance is how far durations may fall short of the exact figures:
+	// the time that passes between calls when the store's clock is real.
+	Tolerance time.Duration
+}
+
+// Run runs the suite, one subtest per property.
+func Run(t *testing.T, h Harness) {
+	if h.New == nil {
+		t.Fatal("storetest: Harness.New is nil")
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if h.Bubble {
+				synctest.Test(t, func(t *testing.T) { c.run(&suite{T: t, h: h, s: h.New(t)}) })
+				return
+			}
+			c.run(&suite{T: t, h: h, s: h.New(t)})
+		})
+	}
+}
+
+// suite is one subtest's state.
+type suite struct {
+	*testing.T
+	h Harness
+	s addrlimit.Store
+}
+
+func (s *suite) take(key string, p addrlimit.Policy, n int) addrlimit.Result {
+	s.Helper()
+	res, err := s.s.Take(context.Background(), key, p, n)
+	if err != nil {
+		s.Fatalf("Take(%q, %d): %v", key, n, err)
+	}
+	return res
+}
+
+func (s *suite) refund(key string, p addrlimit.Policy, n int) addrlimit.Result {
+	s.Helper()
+	res, err := s.s.Refund(context.Background(), key, p, n)
+	if err != nil {
+		s.Fatalf("Refund(%q, %d): %v", key, n, err)
+	}
+	return res
+}
+
+func (s *suite) peek(key string, p addrlimit.Policy) addrlimit.Result {
+	s.Helper()
+	res, err := s.s.Peek(context.Background(), key, p)
+	if err != nil {
+		s.Fatalf("Peek(%q): %v", key, err)
+	}
+	return res
+}
+
+func (s *suite) reset(key string, p addrlimit.Policy) {
+	s.Helper()
+	if err := s.s.Reset(context.Background(), key, p); err != nil {
+		s.Fatalf("Reset(%q): %v", key, err)
+	}
+}
+
+// near checks a duration that the store computed at some instant after the
+// test's reference point: it may fall short by the tolerance, never exceed.
+func (s *suite) near(what string, got, want time.Duration) {
+	s.Helper()
+	if got > want || got < want-s.h.Tolerance {
+		s.Fatalf("%s = %v, want %v (tolerance -%v)", what, got, want, s.h.Tolerance)
+	}
+}
+
+// want checks the allowed flag and Remaining of a result.
+func (s *suite) want(what string, res addrlimit.Result, allowed bool, remaining int) {
+	s.Helper()
+	if res.Allowed != allowed || res.Remaining != remaining {
+		s.Fatalf("%s: %+v, want Allowed=%v Remaining=%d", what, res, allowed, remaining)
+	}
+}
+
+var (
+	perSecond = addrlimit.Policy{Name: "default", Burst: 5, Interval: time.Second}
+	perHour   = addrlimit.Policy{Name: "default", Burst: 1, Interval: time.Hour}
+)
+
+var cases = []struct {
+	name string
+	run  func(s *suite)
+}{
+	{"burst then deny", func(s *suite) {
+		for i := range 5 {
+			res := s.take("k", perSecond, 1)
+			s.want(fmt.Sprintf("request %d", i+1), res, true, 4-i)
+			if i < 4 && res.RetryAfter != 0 {
+				s.Fatalf("request %d: RetryAfter %v while tokens remain", i+1, res.RetryAfter)
+			}
+			s.near(fmt.Sprintf("request %d ResetAfter", i+1), res.ResetAfter, time.Duration(i+1)*time.Second)
+		}
+		last := s.take("k", perSecond, 1)
+		s.want("6th request", last, false, 0)
+		s.near("denied RetryAfter", last.RetryAfter, time.Second)
+		s.near("denied ResetAfter", last.ResetAfter, 5*time.Second)
+	}},
+	{"last token reports when the next arrives", func(s *suite) {
+		p := addrlimit.Policy{Name: "default", Burst: 1, Interval: 3 * time.Second}
+		res := s.take("k", p, 1)
+		s.want("only token", res, true, 0)
+		s.near("RetryAfter", res.RetryAfter, 3*time.Second)
+	}},
+	{"keys are independent", func(s *suite) {
+		for _, k := range []string{"192.0.2.1", "192.0.2.2", "2001:db8::/64", "{tag}:user 42", "ключ", "k\x00nul", "k:x", "h:x", string(make([]byte, 1000)), string(make([]byte, 1001))} {
+			if res := s.take(k, perHour, 1); !res.Allowed {
+				s.Fatalf("first request for %q denied", k)
+			}
+			if res := s.take(k, perHour, 1); res.Allowed {
+				s.Fatalf("second request for %q allowed", k)
+			}
+		}
+	}},
+	{"policies are distinct", func(s *suite) {
+		base := addrlimit.Policy{Name: "api", Burst: 1, Interval: time.Hour}
+		variants := []addrlimit.Policy{
+			base,
+			{Name: "login", Burst: 1, Interval: time.Hour},
+			{Name: "api", Burst: 2, Interval: time.Hour},
+			{Name: "api", Burst: 1, Interval: time.Minute},
+		}
+		for i, p := range variants {
+			if res := s.take("shared-key", p, p.Burst); !res.Allowed {
+				s.Fatalf("policy %d %+v: first request denied: it shares a bucket with an earlier policy", i, p)
+			}
+		}
+		if res := s.take("shared-key", base, 1); res.Allowed {
+			s.Fatal("an equal policy does not share its bucket")
+		}
+	}},
+	{"take n", func(s *suite) {
+		p := addrlimit.Policy{Name: "default", Burst: 10, Interval: time.Second}
+		s.want("take 4", s.take("k", p, 4), true, 6)
+		res := s.take("k", p, 7)
+		s.want("take 7 of 6", res, false, 6)
+		s.near("RetryAfter for 7 tokens", res.RetryAfter, time.Second)
+		s.near("ResetAfter after a denied take", res.ResetAfter, 4*time.Second)
+		res = s.take("k", p, 6)
+		s.want("take the last 6", res, true, 0)
+		s.near("RetryAfter of an empty bucket", res.RetryAfter, time.Second)
+		s.want("take 1 of 0", s.take("k", p, 1), false, 0)
+		s.want("take the whole burst of a new key", s.take("other", p, 10), true, 0)
+	}},
+	{"refund never fills above the burst", func(s *suite) {
+		s.want("drain", s.take("k", perSecond, 5), true, 0)
+		s.want("refund 2", s.refund("k", perSecond, 2), true, 2)
+		s.want("peek after refund", s.peek("k", perSecond), true, 2)
+		s.want("refund 5 more", s.refund("k", perSecond, 5), true, 5)
+		s.want("take the burst", s.take("k", perSecond, 5), true, 0)
+		s.want("one more", s.take("k", perSecond, 1), false, 0)
+		s.want("refund of a missing key", s.refund("missing", perSecond, 3), true, 5)
+		s.want("take after refunding a missing key", s.take("missing", perSecond, 5), true, 0)
+		s.want("and not one more", s.take("missing", perSecond, 1), false, 0)
+	}},
+	{"peek changes nothing", func(s *suite) {
+		res := s.peek("k", perSecond)
+		s.want("peek of a new key", res, true, 5)
+		if res.RetryAfter != 0 || res.ResetAfter != 0 {
+			s.Fatalf("peek of a new key: %+v, want no waits", res)
+		}
+		for range 10 {
+			s.peek("k", perSecond)
+		}
+		s.want("take after peeks", s.take("k", perSecond, 5), true, 0)
+		res = s.peek("k", perSecond)
+		s.want("peek of an empty bucket", res, false, 0)
+		s.near("peek RetryAfter", res.RetryAfter, time.Second)
+		s.near("peek ResetAfter", res.ResetAfter, 5*time.Second)
+		s.want("take after peek", s.take("k", perSecond, 1), false, 0)
+	}},
+	{"reset", func(s *suite) {
+		s.want("drain", s.take("k", perHour, 1), true, 0)
+		s.reset("k", perHour)
+		s.want("after reset", s.take("k", perHour, 1), true, 0)
+		s.want("once", s.take("k", perHour, 1), false, 0)
+		s.reset("never-seen", perHour)
+		s.want("reset of a missing key", s.take("never-seen", perHour, 1), true, 0)
+		other := addrlimit.Policy{Name: "other", Burst: 1, Interval: time.Hour}
+		s.want("other policy", s.take("k", other, 1), true, 0)
+		s.reset("k", perHour)
+		s.want("reset leaves other policies alone", s.take("k", other, 1), false, 0)
+	}},
+	{"refill", func(s *suite) {
+		p := addrlimit.Policy{Name: "default", Burst: 2, Interval: 100 * time.Millisecond}
+		s.take("k", p, 2)
+		if s.take("k", p, 1).Allowed {
+			s.Fatal("empty bucket allowed a request")
+		}
+		time.Sleep(100 * time.Millisecond)
+		s.want("after one interval", s.take("k", p, 1), true, 0)
+		if s.take("k", p, 1).Allowed {
+			s.Fatal("one interval refilled more than one token")
+		}
+		time.Sleep(time.Second)
+		s.want("after a full refill", s.take("k", p, 2), true, 0)
+		if s.take("k", p, 1).Allowed {
+			s.Fatal("a refilled bucket holds more than the burst")
+		}
+	}},
+	{"denied requests consume nothing", func(s *suite) {
+		p := addrlimit.Policy{Name: "default", Burst: 1, Interval: 200 * time.Millisecond}
+		s.take("k", p, 1)
+		for range 50 {
+			if s.take("k", p, 1).Allowed {
+				s.Fatal("empty bucket allowed a request")
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+		if !s.take("k", p, 1).Allowed {
+			s.Fatal("denied requests delayed the refill")
+		}
+	}},
+	{"exact under concurrency", func(s *suite) {
+		p := addrlimit.Policy{Name: "default", Burst: 100, Interval: time.Hour}
+		var allowed atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 25 {
+			wg.Go(func() {
+				n := 1 + g%3 // costs 1, 2 and 3 race for one bucket
+				for range 10 {
+					res, err := s.s.Take(context.Background(), "shared", p, n)
+					if err != nil {
+						s.Error(err)
+						return
+					}
+					if res.Allowed {
+						allowed.Add(int64(n))
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if got := allowed.Load(); got > 100 || got < 98 {
+			s.Fatalf("charged %d tokens from a bucket of 100 under concurrency, want 98..100 (at most 2 left over for a cost that did not fit)", got)
+		}
+		res := s.peek("shared", p)
+		if int64(res.Remaining)+allowed.Load() != 100 {
+			s.Fatalf("charged %d and %d remain: tokens were lost or created", allowed.Load(), res.Remaining)
+		}
+	}},
+	{"concurrent refunds never overfill", func(s *suite) {
+		p := addrlimit.Policy{Name: "default", Burst: 10, Interval: time.Hour}
+		s.take("k", p, 4)
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				if _, err := s.s.Refund(context.Background(), "k", p, 1); err != nil {
+					s.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		s.want("after 20 refunds of 1 into a bucket missing 4", s.peek("k", p), true, 10)
+	}},
+	{"through a Limiter", func(s *suite) {
+		lim, err := addrlimit.New(3, time.Minute, addrlimit.WithStore(s.s))
+		if err != nil {
+			s.Fatal(err)
+		}
+		var got []string
+		for range 5 {
+			d := lim.Allow(request())
+			got = append(got, fmt.Sprintf("%v/%d", d.Outcome, d.Remaining))
+			if d.Err != nil || d.Degraded {
+				s.Fatalf("decision %+v", d)
+			}
+		}
+		if want := "[allowed/2 allowed/1 allowed/0 limited/0 limited/0]"; fmt.Sprint(got) != want {
+			s.Fatalf("decisions %v, want %s", got, want)
+		}
+	}},
+}
+
+// request is a request from one fixed address.
+func request() *http.Request {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "203.0.113.77:1234"
+	return r
+}
