@@ -85,7 +85,11 @@ func (b *batcher) lead(ctx context.Context, c *call) {
 	b.mu.Lock()
 	batch = b.claim(batch)
 	b.mu.Unlock()
-	b.send(context.WithoutCancel(ctx), batch)
+	if len(batch) > 1 {
+		// The others must not fail because this caller gave up.
+		ctx = context.WithoutCancel(ctx)
+	}
+	b.send(ctx, batch)
 	b.mu.Lock()
 	next := b.handOff()
 	if next == nil {

@@ -16,10 +16,11 @@ import (
 // redisServer is a redis-server process on a loopback port, started and
 // stopped by the tests themselves.
 type redisServer struct {
-	port  int
-	dir   string
-	extra []string // more redis-server arguments
-	cmd   *exec.Cmd
+	port   int
+	dir    string
+	extra  []string // more redis-server arguments
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
 }
 
 const installHint = "redis-server not found: install it (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis)"
@@ -61,14 +62,26 @@ func needRedis(t testing.TB) {
 	}
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port that was free a moment ago, below 55536
+// and with port+10000 free too (a Cluster node's bus port).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if port >= 55536 {
+			l.Close()
+			continue
+		}
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		l.Close()
+		if err == nil {
+			bus.Close()
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func newRedisServer() (*redisServer, error) {
@@ -93,6 +106,12 @@ func (s *redisServer) start() error {
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
+	exited := make(chan struct{})
+	go func() {
+		_ = s.cmd.Wait()
+		close(exited)
+	}()
+	s.exited = exited
 	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -102,6 +121,11 @@ func (s *redisServer) start() error {
 		cancel()
 		if err == nil {
 			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("redis-server on %s exited: %w", s.addr(), err)
+		default:
 		}
 		if time.Now().After(deadline) {
 			s.stop()
@@ -115,7 +139,7 @@ func (s *redisServer) start() error {
 func (s *redisServer) stop() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
+		<-s.exited
 	}
 }
 
@@ -127,21 +151,26 @@ func (s *redisServer) client(t testing.TB) *redis.Client {
 }
 
 // startServer starts a private redis-server for one test, killed when the
-// test ends.
+// test ends. A port taken between the choice and the start (by another
+// process, or as a Cluster bus port, port+10000) costs a retry on another.
 func startServer(t testing.TB, extra ...string) *redisServer {
 	t.Helper()
 	needRedis(t)
-	srv, err := newRedisServer()
-	if err != nil {
-		t.Fatal(err)
+	var err error
+	for range 3 {
+		var srv *redisServer
+		if srv, err = newRedisServer(); err != nil {
+			t.Fatal(err)
+		}
+		srv.extra = extra
+		t.Cleanup(func() {
+			srv.stop()
+			os.RemoveAll(srv.dir)
+		})
+		if err = srv.start(); err == nil {
+			return srv
+		}
 	}
-	srv.extra = extra
-	t.Cleanup(func() {
-		srv.stop()
-		os.RemoveAll(srv.dir)
-	})
-	if err := srv.start(); err != nil {
-		t.Fatal(err)
-	}
-	return srv
+	t.Fatal(err)
+	return nil
 }

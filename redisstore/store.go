@@ -257,6 +257,9 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	if err != nil {
 		return addrlimit.Result{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		return addrlimit.Result{}, fmt.Errorf("redisstore: %w", err)
+	}
 	rkey := s.redisKey(key, p)
 	switch op {
 	case opTake:
@@ -425,3 +428,4 @@ func (s *Store) redisKey(key string, p addrlimit.Policy) string {
 // DenyCacheLen returns the number of keys the deny cache holds.
 func (s *Store) DenyCacheLen() int { return s.deny.len() }
 
+var _ addrlimit.Store = (*Store)(nil)

@@ -64,7 +64,9 @@ func newStore(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) 
 	return s
 }
 
-func testPrefix(t testing.TB) string { return fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano()) }
+func testPrefix(t testing.TB) string {
+	return fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+}
 
 func keysWithPrefix(t testing.TB, c redis.UniversalClient, prefix string) []string {
 	t.Helper()
