@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A call is one Store operation on one Redis key, on its way to Redis.
@@ -47,46 +48,54 @@ type batcher struct {
 // smaller (measured: 1, 2 and 4 within noise of each other at 64 callers).
 const maxInflight = 2
 
-// do sends c, alone or with others, and returns when c is answered or ctx
-// is done (c.err is then ctx's error; the call may still reach Redis).
-func (b *batcher) do(ctx context.Context, c *call) {
+// do sends c, alone or with others, and returns when c is answered. A
+// call that waits in the queue gives up after timeout or when ctx is done
+// (c.err is then the context's error); once sent, it waits for the answer,
+// which the sender's timeout bounds.
+func (b *batcher) do(ctx context.Context, c *call, timeout time.Duration) {
 	b.mu.Lock()
 	if b.inflight < maxInflight {
 		b.inflight++
+		batch := b.claim([]*call{c})
 		b.mu.Unlock()
-		b.lead(ctx, c)
+		b.lead(ctx, batch)
 		return
 	}
 	c.lead = make(chan bool, 1)
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	select {
 	case lead := <-c.lead:
 		if lead {
-			b.lead(ctx, c)
+			b.lead(ctx, b.claimLocked(c))
 		}
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(queued, abandoned) {
 			c.err = ctx.Err()
 			return
 		}
-		// Claimed: the answer comes within the leader's timeout. Leading:
+		// Claimed: the answer comes within the sender's timeout. Leading:
 		// the queue depends on this caller to send the next batch.
 		if <-c.lead {
-			b.lead(ctx, c)
+			b.lead(ctx, b.claimLocked(c))
 		}
 	}
 }
 
-// lead sends c with the queued calls, then hands the lead to the next queued
-// call or gives up its in-flight slot.
-func (b *batcher) lead(ctx context.Context, c *call) {
-	batch := []*call{c}
+// claimLocked returns c with the queued calls, as claim, taking b.mu.
+func (b *batcher) claimLocked(c *call) []*call {
 	b.mu.Lock()
-	batch = b.claim(batch)
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	return b.claim([]*call{c})
+}
+
+// lead sends batch (its leader first), then hands the lead to the next
+// queued call or gives up its in-flight slot.
+func (b *batcher) lead(ctx context.Context, batch []*call) {
 	if len(batch) > 1 {
-		// The others must not fail because this caller gave up.
+		// The others must not fail because the leader's caller gave up.
 		ctx = context.WithoutCancel(ctx)
 	}
 	b.send(ctx, batch)

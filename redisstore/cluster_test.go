@@ -60,7 +60,7 @@ func clusterClient(t testing.TB, nodes []*redisServer) *redis.ClusterClient {
 	for _, n := range nodes {
 		addrs = append(addrs, n.addr())
 	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, PoolSize: 64})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -70,7 +70,7 @@ func clusterClient(t testing.TB, nodes []*redisServer) *redis.ClusterClient {
 func TestCluster(t *testing.T) {
 	nodes := startCluster(t)
 	t.Run("conformance", func(t *testing.T) {
-		conformance(t, clusterClient(t, nodes))
+		conformance(t, func(t testing.TB) redis.UniversalClient { return clusterClient(t, nodes) })
 	})
 	t.Run("two instances share one budget", func(t *testing.T) {
 		prefix := redisstore.WithKeyPrefix(testPrefix(t))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -28,11 +29,18 @@ const argsPerKey = 4
 // key. Denied Takes and Peeks write nothing.
 //
 // One call usually carries one key; the batcher sends several keys of one
-// Redis Cluster hash slot in one call. Lua numbers are doubles: New's bounds
+// Redis Cluster hash slot in one call. Tests only may pass the time as a
+// last ARGV (their store has a clock: see export_test.go); keys then live an
+// hour longer, since Redis expires them on its own clock. Lua numbers are doubles: New's bounds
 // keep every TAT and tau below 2^53 µs, so the arithmetic is exact.
 var gcra = redis.NewScript(`
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now, slack = 0, 0
+if #ARGV > #KEYS * 4 then
+  now, slack = tonumber(ARGV[#ARGV]), 3600000
+else
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 local out = {}
 for i = 1, #KEYS do
   local a = (i - 1) * 4
@@ -65,7 +73,7 @@ for i = 1, #KEYS do
     end
     if allowed == 1 or op == 1 then
       if tat > now then
-        redis.call("SET", key, string.format("%.0f", tat), "PX", math.ceil((tat - now) / 1000))
+        redis.call("SET", key, string.format("%.0f", tat), "PX", math.ceil((tat - now) / 1000) + slack)
       else
         redis.call("DEL", key)
       end
@@ -96,19 +104,22 @@ func isNoScript(err error) bool {
 }
 
 // runScript runs one script call over calls (which share one hash slot) and
-// stores each call's answer or the error in it.
-func runScript(ctx context.Context, c redis.Scripter, calls []*call) {
-	keys, args := scriptArgs(calls)
+// stores each call's answer or the error in it. clock is nil outside tests.
+func runScript(ctx context.Context, c redis.Scripter, calls []*call, clock func() time.Time) {
+	keys, args := scriptArgs(calls, clock)
 	v, err := gcra.Run(ctx, c, keys, args...).Int64Slice()
 	setResults(calls, v, err)
 }
 
-func scriptArgs(calls []*call) ([]string, []any) {
+func scriptArgs(calls []*call, clock func() time.Time) ([]string, []any) {
 	keys := make([]string, len(calls))
-	args := make([]any, 0, argsPerKey*len(calls))
+	args := make([]any, 0, argsPerKey*len(calls)+1)
 	for i, c := range calls {
 		keys[i] = c.key
 		args = append(args, c.op, c.n, c.interval, c.burst)
+	}
+	if clock != nil {
+		args = append(args, clock().UnixMicro())
 	}
 	return keys, args
 }
@@ -130,18 +141,18 @@ func setResults(calls []*call, v []int64, err error) {
 // runPipelined runs one script call per group in one pipeline (go-redis
 // sends each to the node that owns its slot), retrying with EVAL the groups
 // that Redis answered NOSCRIPT.
-func runPipelined(ctx context.Context, c redis.UniversalClient, groups [][]*call) {
+func runPipelined(ctx context.Context, c redis.UniversalClient, groups [][]*call, clock func() time.Time) {
 	cmds := make([]*redis.Cmd, len(groups))
 	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, g := range groups {
-			keys, args := scriptArgs(g)
+			keys, args := scriptArgs(g, clock)
 			cmds[i] = gcra.EvalSha(ctx, p, keys, args...)
 		}
 		return nil
 	})
 	for i, g := range groups {
 		if isNoScript(cmds[i].Err()) {
-			runScript(ctx, c, g)
+			runScript(ctx, c, g, clock)
 			continue
 		}
 		v, err := cmds[i].Int64Slice()

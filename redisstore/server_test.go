@@ -30,7 +30,14 @@ var (
 	redisMissing bool
 )
 
+// quiet drops go-redis's log lines ("connection refused" while the tests
+// keep Redis down on purpose).
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
 func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{})
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") == "true" {
 			fmt.Fprintln(os.Stderr, installHint+"; CI requires the real-Redis tests")

@@ -106,7 +106,8 @@ type Store struct {
 	deny       *denyCache // nil when disabled
 	failures   int
 	probeEvery time.Duration
-	batch      *batcher // nil when batching is off
+	batch      *batcher         // nil when batching is off
+	clock      func() time.Time // tests only: the script's clock instead of Redis TIME
 
 	single   *breaker // the breaker unless cluster
 	breakers sync.Map // cluster: node address → *breaker
@@ -277,9 +278,7 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	}
 	c := &call{key: rkey, op: op, n: int64(n), interval: int64(interval / time.Microsecond), burst: int64(p.Burst)}
 	if s.batch != nil {
-		tctx, cancel := context.WithTimeout(ctx, s.timeout)
-		s.batch.do(tctx, c)
-		cancel()
+		s.batch.do(ctx, c, s.timeout)
 	} else {
 		s.send(ctx, []*call{c})
 	}
@@ -307,20 +306,22 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 func (s *Store) send(ctx context.Context, calls []*call) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	groups := s.group(calls)
-	if len(groups) == 1 {
-		runScript(ctx, s.client, groups[0])
+	if len(calls) == 1 {
+		runScript(ctx, s.client, calls, s.clock)
 		return
 	}
-	runPipelined(ctx, s.client, groups)
+	groups := s.group(calls)
+	if len(groups) == 1 {
+		runScript(ctx, s.client, groups[0], s.clock)
+		return
+	}
+	runPipelined(ctx, s.client, groups, s.clock)
 }
 
 // group splits calls into script calls: all in one for a single Redis, by
 // hash slot for a Cluster, one per call for other clients.
 func (s *Store) group(calls []*call) [][]*call {
 	switch {
-	case len(calls) == 1:
-		return [][]*call{calls}
 	case s.cluster != nil:
 		var groups [][]*call
 		bySlot := make(map[uint16]int, len(calls))
