@@ -41,6 +41,7 @@ type breaker struct {
 
 	failures atomic.Int32
 	open     atomic.Pointer[error] // nil while closed
+	probing  atomic.Bool           // the prober goroutine runs
 	lastUsed atomic.Int64          // unix ns of the last call refused while open
 }
 
@@ -68,6 +69,7 @@ func (b *breaker) record(parent context.Context, err error) {
 		e := fmt.Errorf("%w (after %d consecutive failures, the last: %w)", ErrCircuitOpen, b.threshold, err)
 		if b.open.CompareAndSwap(nil, &e) {
 			b.lastUsed.Store(time.Now().UnixNano())
+			b.probing.Store(true)
 			go b.probe()
 		}
 	}
@@ -75,6 +77,7 @@ func (b *breaker) record(parent context.Context, err error) {
 
 // probe pings the node until it answers, then closes the circuit.
 func (b *breaker) probe() {
+	defer b.probing.Store(false)
 	t := time.NewTicker(b.probeEvery)
 	defer t.Stop()
 	for now := range t.C {

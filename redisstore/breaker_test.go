@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -12,19 +11,14 @@ import (
 	"github.com/addrlimit/addrlimit/redisstore"
 )
 
-// probers counts the breaker goroutines that are running.
-func probers() int {
-	buf := make([]byte, 1<<20)
-	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "redisstore.(*breaker).probe")
-}
-
-// waitProbers waits until n probe goroutines run (a state, not a duration).
-func waitProbers(t *testing.T, n int) {
+// waitNotProbing waits until s's prober goroutine has exited (a state, not
+// a duration).
+func waitNotProbing(t *testing.T, s *redisstore.Store) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for probers() != n {
+	for s.Probing() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d probe goroutines, want %d", probers(), n)
+			t.Fatal("the prober still runs 10 s after the circuit closed")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -45,7 +39,9 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 	if _, err := s.Take(ctx, "k", p, 1); err != nil {
 		t.Fatal(err)
 	}
-	before := probers()
+	if s.Probing() {
+		t.Fatal("a prober runs while Redis is healthy")
+	}
 	srv.stop()
 	for i := range 3 {
 		if _, err := s.Take(ctx, "k", p, 1); err == nil || errors.Is(err, redisstore.ErrCircuitOpen) {
@@ -71,8 +67,8 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 	if n := calls.n.Load() - sent; n != 0 {
 		t.Fatalf("%d script calls sent while the circuit was open", n)
 	}
-	if n := probers(); n != before+1 {
-		t.Fatalf("%d probe goroutines with the circuit open, want one", n-before)
+	if !s.Probing() {
+		t.Fatal("no prober with the circuit open")
 	}
 	if err := srv.start(); err != nil {
 		t.Fatal(err)
@@ -81,7 +77,7 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 	if res, err := s.Take(ctx, "k", p, 1); err != nil || !res.Allowed {
 		t.Fatalf("after recovery: %+v %v", res, err)
 	}
-	waitProbers(t, before)
+	waitNotProbing(t, s)
 }
 
 // A caller that gives up (its context ends) says nothing about Redis, and

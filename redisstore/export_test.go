@@ -21,3 +21,7 @@ func WithClock(now func() time.Time) Option {
 		return nil
 	}
 }
+
+// Probing reports whether a prober goroutine runs for the store's single
+// breaker (not a Cluster's per-node ones).
+func (s *Store) Probing() bool { return s.single.probing.Load() }

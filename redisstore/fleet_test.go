@@ -211,14 +211,24 @@ func TestFailLocalContinuesFromRedisAcrossABlip(t *testing.T) {
 		}))
 	}
 	const remote = "198.51.100.9:1"
-	if got := hammer(t, fleet, remote, 2); got != 50 {
-		t.Fatalf("drain: allowed %d of 80, want 50", got)
+	// Drained in turns: each instance's last answer from Redis says empty.
+	// (Drained concurrently, an instance may record an earlier answer last.)
+	allowed := 0
+	for i := range 60 {
+		if d := fleet[i%2].lim.Allow(req(remote)); d.Degraded {
+			t.Fatalf("drain, decision %d: degraded (%v)", i+1, d.Err)
+		} else if d.Outcome == addrlimit.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 50 {
+		t.Fatalf("drain: allowed %d of 60, want 50", allowed)
 	}
 	admin := srv.client(t)
 	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", 10_000, "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
-	allowed := 0
+	allowed = 0
 	for i := range 20 {
 		d := fleet[i%2].lim.Allow(req(remote))
 		if !d.Degraded || d.Err == nil {

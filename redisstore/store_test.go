@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,8 +65,13 @@ func newStore(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) 
 	return s
 }
 
+var prefixes atomic.Int64
+
+// testPrefix returns a key prefix no other test (nor another -count run,
+// nor a synctest bubble, whose clock starts at the same instant every time)
+// uses.
 func testPrefix(t testing.TB) string {
-	return fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	return fmt.Sprintf("test:%s:%d:%d:", t.Name(), os.Getpid(), prefixes.Add(1))
 }
 
 func keysWithPrefix(t testing.TB, c redis.UniversalClient, prefix string) []string {
