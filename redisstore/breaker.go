@@ -77,7 +77,6 @@ func (b *breaker) record(parent context.Context, err error) {
 
 // probe pings the node until it answers, then closes the circuit.
 func (b *breaker) probe() {
-	defer b.probing.Store(false)
 	t := time.NewTicker(b.probeEvery)
 	defer t.Stop()
 	for now := range t.C {
@@ -85,6 +84,9 @@ func (b *breaker) probe() {
 		err := b.ping(ctx)
 		cancel()
 		if err == nil || now.Sub(time.Unix(0, b.lastUsed.Load())) > probeIdle {
+			// In this order: the circuit can open again (and start a new
+			// prober) only once this one no longer counts as running.
+			b.probing.Store(false)
 			b.failures.Store(0)
 			b.open.Store(nil)
 			return
