@@ -8,46 +8,47 @@ import (
 	"time"
 )
 
-// bucketKey is the key of one bucket: either bytes (a client address
-// formatted into the caller's stack buffer, so the default path allocates
-// nothing) or a string (from a KeyFunc, a PolicySelector or AllowKey). Both
-// forms hash alike, so one key lands in one bucket however it was computed.
-type bucketKey struct {
-	b []byte
-	s string
+// A bucket key travels as two values, exactly one of them set: kb, bytes
+// (a client address formatted into the caller's stack buffer, so that the
+// default path allocates nothing), or ks, a string (from a KeyFunc, a
+// PolicySelector or AllowKey). Both forms hash alike, so one key lands in
+// one bucket however it was computed. They are not a struct because escape
+// analysis would then let the string's escape drag the stack buffer to the
+// heap.
+
+// hashKey hashes the key given as kb or ks.
+func hashKey(seed maphash.Seed, kb []byte, ks string) uint64 {
+	if kb != nil {
+		return maphash.Bytes(seed, kb)
+	}
+	return maphash.String(seed, ks)
 }
 
-func (k bucketKey) hash(seed maphash.Seed) uint64 {
-	if k.b != nil {
-		return maphash.Bytes(seed, k.b)
+// keyString returns the key given as kb or ks as a string (copying kb).
+func keyString(kb []byte, ks string) string {
+	if kb != nil {
+		return string(kb)
 	}
-	return maphash.String(seed, k.s)
-}
-
-func (k bucketKey) String() string {
-	if k.b != nil {
-		return string(k.b)
-	}
-	return k.s
+	return ks
 }
 
 // decide is the one path of a request: exemption, then policy and key, then
 // cost, then the charge. buf is the caller's stack buffer for the key bytes.
-func (l *Limiter) decide(r *http.Request, buf []byte) (Decision, *policyState, bucketKey) {
+func (l *Limiter) decide(r *http.Request, buf []byte) (d Decision, ps *policyState, kb []byte, ks string) {
 	class := tokenNone
 	if l.token != nil {
 		class = l.token.classify(r)
 	}
 	if class == tokenAccepted || l.exempt != nil && l.exempt(r) {
 		l.exempted.Inc()
-		return Decision{Outcome: Exempt}, nil, bucketKey{}
+		return Decision{Outcome: Exempt}, nil, nil, ""
 	}
-	ps, key, err := l.policyAndKey(r, buf)
+	ps, kb, ks, err := l.policyAndKey(r, buf)
 	n := 1
 	if l.cost != nil {
 		n = l.cost(r)
 	}
-	d := l.charge(r.Context(), ps, key, n, err)
+	d = l.charge(r.Context(), ps, kb, ks, n, err)
 	d.RetiredToken = class == tokenRetired
 	if d.Outcome == Limited {
 		if len(r.Header["Authorization"]) > 0 {
@@ -57,15 +58,14 @@ func (l *Limiter) decide(r *http.Request, buf []byte) (Decision, *policyState, b
 			l.retiredLimited.Inc()
 		}
 	}
-	return d, ps, key
+	return d, ps, kb, ks
 }
 
 // policyAndKey picks the policy (PolicySelector) and the key (the selector's,
 // else the KeyFunc's, else the peer address). Errors never skip the limit:
 // they fall back to the default policy, the KeyFunc's key or UnkeyedKey.
-func (l *Limiter) policyAndKey(r *http.Request, buf []byte) (*policyState, bucketKey, error) {
-	ps := l.policies[0]
-	var err error
+func (l *Limiter) policyAndKey(r *http.Request, buf []byte) (ps *policyState, kb []byte, ks string, err error) {
+	ps = l.policies[0]
 	if l.selector != nil {
 		name, key, selErr := l.selector(r)
 		switch {
@@ -75,23 +75,23 @@ func (l *Limiter) policyAndKey(r *http.Request, buf []byte) (*policyState, bucke
 			if named, lookupErr := l.lookupPolicy(name); lookupErr != nil {
 				err = lookupErr
 			} else if ps = named; key != "" {
-				return ps, bucketKey{s: key}, nil
+				return ps, nil, key, nil
 			}
 		}
 	}
-	key, keyErr := l.requestKey(r, buf)
-	return ps, key, errors.Join(err, keyErr)
+	kb, ks, keyErr := l.requestKey(r, buf)
+	return ps, kb, ks, errors.Join(err, keyErr)
 }
 
 // requestKey is the key of r under the KeyFunc: the peer address by default,
 // formatted into buf.
-func (l *Limiter) requestKey(r *http.Request, buf []byte) (bucketKey, error) {
+func (l *Limiter) requestKey(r *http.Request, buf []byte) (kb []byte, ks string, err error) {
 	if l.keyFunc == nil {
 		a, err := peerAddr(r)
 		if err != nil {
-			return bucketKey{s: UnkeyedKey}, err
+			return nil, UnkeyedKey, err
 		}
-		return bucketKey{b: appendAddrKey(buf, a)}, nil
+		return appendAddrKey(buf, a), "", nil
 	}
 	s, err := l.keyFunc(r)
 	if s == "" {
@@ -100,37 +100,29 @@ func (l *Limiter) requestKey(r *http.Request, buf []byte) (bucketKey, error) {
 		}
 		s = UnkeyedKey
 	}
-	return bucketKey{s: s}, err
+	return nil, s, err
 }
 
 // charge is the one place where tokens are taken: from the in-memory table,
 // or from the Store with the failure policy applied when it fails. err is
 // what went wrong before (key, policy); it is reported, never a bypass.
-func (l *Limiter) charge(ctx context.Context, ps *policyState, key bucketKey, n int, err error) Decision {
+func (l *Limiter) charge(ctx context.Context, ps *policyState, kb []byte, ks string, n int, err error) Decision {
 	if n < 1 {
 		n, err = 1, errors.Join(err, ErrInvalidCost)
 	}
 	if n > ps.Burst {
-		// No bucket can ever pay this: refuse, charge nothing, and say when
-		// the bucket would at least be full.
-		l.keyErrors.Inc()
-		ps.limited.Inc()
-		return Decision{
-			Outcome: Limited, Policy: ps.Name, Cost: n, Limit: ps.Burst,
-			RetryAfter: time.Duration(ps.Burst) * ps.Interval, DryRun: l.dryRun,
-			Err: errors.Join(err, ErrCostOverBurst),
-		}
+		return l.refuseCost(ctx, ps, kb, ks, n, err)
 	}
 	if err != nil {
 		l.keyErrors.Inc()
 	}
-	h := key.hash(l.seed)
+	h := hashKey(l.seed, kb, ks)
 	if l.store == nil {
 		d := fromResult(ps, Result(ps.table.Take(h, l.now(), int64(n))))
 		d.Cost, d.Err, d.DryRun = n, err, d.Outcome == Limited && l.dryRun
 		return d
 	}
-	res, storeErr := l.store.Take(ctx, key.String(), ps.Policy, n)
+	res, storeErr := l.store.Take(ctx, keyString(kb, ks), ps.Policy, n)
 	if storeErr == nil {
 		if l.failure == FailLocal {
 			ps.table.Mirror(h, l.now(), res.ResetAfter)
@@ -157,18 +149,38 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, key bucketKey, n 
 	return d
 }
 
+// refuseCost refuses a cost that no bucket of ps can ever pay, charging
+// nothing. The decision reports the bucket's state (from the store, or the
+// local bucket if the store fails) and, as RetryAfter, a full refill: no
+// retry can succeed, so the client is told the longest wait there is.
+func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, kb []byte, ks string, n int, err error) Decision {
+	l.keyErrors.Inc()
+	ps.limited.Inc()
+	res := Result(ps.table.Peek(hashKey(l.seed, kb, ks), l.now()))
+	if l.store != nil {
+		if remote, storeErr := l.store.Peek(ctx, keyString(kb, ks), ps.Policy); storeErr == nil {
+			res = remote
+		}
+	}
+	d := fromResult(ps, res)
+	d.Outcome, d.Cost, d.DryRun = Limited, n, l.dryRun
+	d.RetryAfter = time.Duration(ps.Burst) * ps.Interval
+	d.Err = errors.Join(err, ErrCostOverBurst)
+	return d
+}
+
 // refundCharge gives back the tokens of an allowed decision d to the bucket
 // that paid them: the store's, or the local one that decided under
 // FailLocal. Nothing was charged under FailOpen, so nothing is refunded.
-func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, key bucketKey, d Decision) {
-	h := key.hash(l.seed)
+func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, kb []byte, ks string, d Decision) {
+	h := hashKey(l.seed, kb, ks)
 	switch {
 	case l.store == nil || d.Degraded && l.failure == FailLocal:
 		ps.table.Refund(h, l.now(), int64(d.Cost))
 	case d.Degraded:
 		return
 	default:
-		res, err := l.store.Refund(ctx, key.String(), ps.Policy, d.Cost)
+		res, err := l.store.Refund(ctx, keyString(kb, ks), ps.Policy, d.Cost)
 		if err != nil {
 			l.storeErrors.Inc()
 			return

@@ -23,7 +23,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	lim, err := addrlimit.New(3, time.Minute, addrlimit.WithExempt(tok.Match))
+	lim, err := addrlimit.New(3, time.Minute, addrlimit.WithInternalToken(tok))
 	if err != nil {
 		panic(err)
 	}

@@ -35,15 +35,11 @@ func TestNewInternalTokenErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tok, err := addrlimit.NewInternalToken(tc.secrets...)
-			if err == nil || tok != nil {
-				t.Fatalf("NewInternalToken = %v, %v; want an error", tok, err)
-			}
-			if !strings.HasPrefix(err.Error(), "addrlimit: ") || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("error %q, want %q", err, tc.wantErr)
-			}
+			assert.Nil(t, tok, "NewInternalToken returned a token with an error")
+			requirePackageError(t, err, tc.wantErr)
 			for _, s := range tc.secrets {
-				if len(s) >= 8 && strings.Contains(err.Error(), s[:8]) {
-					t.Fatalf("error %q echoes a secret", err)
+				if len(s) >= 8 {
+					assert.NotContains(t, err.Error(), s[:8], "the error echoes a secret")
 				}
 			}
 		})
@@ -77,9 +73,7 @@ func TestMatch(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tok.Match(req("192.0.2.1:1", tc.fields...)); got != tc.want {
-				t.Fatalf("Match = %v, want %v", got, tc.want)
-			}
+			assert.Equal(t, tc.want, tok.Match(req("192.0.2.1:1", tc.fields...)), "Match")
 		})
 	}
 }
@@ -87,15 +81,63 @@ func TestMatch(t *testing.T) {
 func TestRequire(t *testing.T) {
 	tok := mustToken(t, secret)
 	h := tok.Require(okHandler)
-	if w := serve(h, req("192.0.2.1:1", "Authorization", "Bearer "+secret)); w.Code != 200 || w.Body.String() != "ok" {
-		t.Fatalf("valid token: %d %q", w.Code, w.Body.String())
+	w := serve(h, req("192.0.2.1:1", "Authorization", "Bearer "+secret))
+	require.Equal(t, 200, w.Code, "valid token")
+	require.Equal(t, "ok", w.Body.String(), "valid token")
+	w = serve(h, req("192.0.2.1:1", "Authorization", "Bearer wrong-but-well-formed-token"))
+	assert.Equal(t, 401, w.Code, "wrong token: %v", w.Header())
+	assert.True(t, strings.HasPrefix(w.Header().Get("WWW-Authenticate"), "Bearer"), "wrong token: %v", w.Header())
+	assert.NotContains(t, w.Body.String(), "wrong", "the 401 echoes the token")
+}
+
+func TestRequireNilPanicsAtWiringTime(t *testing.T) {
+	tok := mustToken(t, secret)
+	assert.Panics(t, func() { tok.Require(nil) }, "Require(nil) did not panic")
+}
+
+// TestIncident replays the three observations of the incident write-up.
+func TestIncident(t *testing.T) {
+	tok := mustToken(t, secret)
+	shared := "10.1.2.3:40000"
+
+	t.Run("internal traffic with the token is never limited", func(t *testing.T) {
+		h := mustNew(t, 5, time.Hour, addrlimit.WithExempt(tok.Match)).Handler(okHandler)
+		got := codes(h, 20, func() *http.Request { return req(shared, "Authorization", "Bearer "+secret) })
+		assert.Equal(t, 20, count(got, 200), "internal requests allowed of 20, codes %v", got)
+	})
+	t.Run("ordinary requests from one address get exactly the limit", func(t *testing.T) {
+		h := mustNew(t, 5, time.Hour, addrlimit.WithExempt(tok.Match)).Handler(okHandler)
+		got := codes(h, 20, func() *http.Request { return req(shared) })
+		want := make([]int, 20)
+		for i := range want {
+			want[i] = map[bool]int{true: 200, false: 429}[i < 5]
+		}
+		assert.Equal(t, want, got)
+	})
+	forged := []struct {
+		name   string
+		fields []string
+	}{
+		{"same length", []string{"Authorization", "Bearer " + strings.Repeat("x", len(secret))}},
+		{"other length", []string{"Authorization", "Bearer short-wrong-token"}},
+		{"prefix of the secret", []string{"Authorization", "Bearer " + secret[:len(secret)-1]}},
+		{"secret plus a byte", []string{"Authorization", "Bearer " + secret + "x"}},
+		{"empty token", []string{"Authorization", "Bearer "}},
+		{"empty header", []string{"Authorization", ""}},
+		{"wrong scheme", []string{"Authorization", "Basic " + secret}},
+		{"no scheme", []string{"Authorization", secret}},
+		{"token in another header", []string{"X-Internal-Token", secret}},
+		{"two Authorization headers", []string{"Authorization", "Bearer " + secret, "Authorization", "Bearer " + secret}},
+		{"secret with trailing garbage", []string{"Authorization", "Bearer " + secret + " x"}},
 	}
-	w := serve(h, req("192.0.2.1:1", "Authorization", "Bearer wrong-but-well-formed-token"))
-	if w.Code != 401 || !strings.HasPrefix(w.Header().Get("WWW-Authenticate"), "Bearer") {
-		t.Fatalf("wrong token: %d %v", w.Code, w.Header())
-	}
-	if strings.Contains(w.Body.String(), "wrong") {
-		t.Fatalf("401 echoes the token: %q", w.Body.String())
+	for _, tc := range forged {
+		t.Run("forged token is limited like anyone: "+tc.name, func(t *testing.T) {
+			h := mustNew(t, 5, time.Hour, addrlimit.WithExempt(tok.Match)).Handler(okHandler)
+			got := codes(h, 20, func() *http.Request { return req(shared, tc.fields...) })
+			assert.Equal(t, 5, count(got, 200), "allowed of 20: %v", got)
+			internal := tok.Require(okHandler)
+			assert.Equal(t, http.StatusUnauthorized, serve(internal, req(shared, tc.fields...)).Code, "internal route")
+		})
 	}
 }
 
@@ -112,8 +154,6 @@ func FuzzMatch(f *testing.F) {
 		}
 	})
 }
-
-const retiredSecret = "old-internal-secret-0123456789ab"
 
 func TestRetiredSecretIsAnUnforgeableSignal(t *testing.T) {
 	tok, err := mustToken(t, secret).WithRetired(retiredSecret)

@@ -1,16 +1,24 @@
 package addrlimit_test
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/stretchr/testify/require"
 )
 
-const secret = "s3cr3t-internal-token-0123456789"
+const (
+	secret        = "s3cr3t-internal-token-0123456789"
+	retiredSecret = "old-internal-secret-0123456789ab"
+)
 
 var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
 
@@ -33,19 +41,23 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 func mustNew(t testing.TB, limit int, per time.Duration, opts ...addrlimit.Option) *addrlimit.Limiter {
 	t.Helper()
 	l, err := addrlimit.New(limit, per, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return l
 }
 
 func mustToken(t testing.TB, secrets ...string) *addrlimit.InternalToken {
 	t.Helper()
 	tok, err := addrlimit.NewInternalToken(secrets...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return tok
+}
+
+// requirePackageError checks that err is one of this package's
+// configuration errors: it starts with "addrlimit: " and contains want.
+func requirePackageError(t testing.TB, err error, want string) {
+	t.Helper()
+	require.ErrorContains(t, err, want)
+	require.True(t, strings.HasPrefix(err.Error(), "addrlimit: "), "error %q, want the prefix \"addrlimit: \"", err)
 }
 
 // codes serves n copies of r (fresh each time) and returns the status codes.
@@ -68,3 +80,53 @@ func count(codes []int, code int) int {
 }
 
 func netipAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// failingStore fails every call while down is set, and otherwise delegates
+// to a memory store.
+type failingStore struct {
+	down  atomic.Bool
+	inner addrlimit.Store
+	calls atomic.Int64
+}
+
+func newFailingStore() *failingStore {
+	return &failingStore{inner: addrlimit.NewTestMemoryStore(100)}
+}
+
+var errRefused = errors.New("dial tcp 10.9.9.9:6379: connection refused")
+
+func (s *failingStore) fail() error {
+	s.calls.Add(1)
+	if s.down.Load() {
+		return errRefused
+	}
+	return nil
+}
+
+func (s *failingStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+	if err := s.fail(); err != nil {
+		return addrlimit.Result{}, err
+	}
+	return s.inner.Take(ctx, key, p, n)
+}
+
+func (s *failingStore) Refund(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+	if err := s.fail(); err != nil {
+		return addrlimit.Result{}, err
+	}
+	return s.inner.Refund(ctx, key, p, n)
+}
+
+func (s *failingStore) Peek(ctx context.Context, key string, p addrlimit.Policy) (addrlimit.Result, error) {
+	if err := s.fail(); err != nil {
+		return addrlimit.Result{}, err
+	}
+	return s.inner.Peek(ctx, key, p)
+}
+
+func (s *failingStore) Reset(ctx context.Context, key string, p addrlimit.Policy) error {
+	if err := s.fail(); err != nil {
+		return err
+	}
+	return s.inner.Reset(ctx, key, p)
+}

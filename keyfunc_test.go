@@ -2,13 +2,14 @@ package addrlimit_test
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestKeying(t *testing.T) {
@@ -37,13 +38,9 @@ func TestKeying(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			lim := mustNew(t, 1, time.Hour)
-			if d := lim.Allow(tc.a); d.Outcome != addrlimit.Allowed {
-				t.Fatalf("first request: %v", d.Outcome)
-			}
+			require.Equal(t, addrlimit.Allowed, lim.Allow(tc.a).Outcome, "first request")
 			d := lim.Allow(tc.b)
-			if got := d.Outcome == addrlimit.Limited; got != tc.sameBucket {
-				t.Fatalf("second request %v (key %q), want same bucket = %v", d.Outcome, d.Key, tc.sameBucket)
-			}
+			assert.Equal(t, tc.sameBucket, d.Outcome == addrlimit.Limited, "same bucket: second request %v (key %q)", d.Outcome, d.Key)
 		})
 	}
 }
@@ -58,20 +55,15 @@ func TestAddrKey(t *testing.T) {
 		{"::1", "::/64"},
 	}
 	for _, tc := range tests {
-		if got := addrlimit.AddrKey(netip.MustParseAddr(tc.in)); got != tc.want {
-			t.Errorf("AddrKey(%s) = %q, want %q", tc.in, got, tc.want)
-		}
+		assert.Equal(t, tc.want, addrlimit.AddrKey(netip.MustParseAddr(tc.in)), "AddrKey(%s)", tc.in)
 	}
-	if got := addrlimit.AddrKey(netip.Addr{}); got != "" {
-		t.Errorf("AddrKey(zero) = %q, want empty", got)
-	}
+	assert.Empty(t, addrlimit.AddrKey(netip.Addr{}), "AddrKey(zero)")
 }
 
 func TestRemoteAddrKeyErrors(t *testing.T) {
 	for _, ra := range []string{"", "@", "example.com:80", "192.0.2.1:", "[::1", "1.2.3.4.5:6"} {
-		if k, err := addrlimit.RemoteAddrKey(req(ra)); err == nil {
-			t.Errorf("RemoteAddrKey(%q) = %q, want an error", ra, k)
-		}
+		k, err := addrlimit.RemoteAddrKey(req(ra))
+		assert.Error(t, err, "RemoteAddrKey(%q) = %q, want an error", ra, k)
 	}
 }
 
@@ -93,20 +85,14 @@ func TestKeyErrorsAreNeverABypass(t *testing.T) {
 				addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { errs = append(errs, d.Err) }))
 			h := lim.Handler(okHandler)
 			got := codes(h, 4, func() *http.Request { return req("192.0.2.1:1") })
-			if fmt.Sprint(got) != "[200 200 429 429]" {
-				t.Fatalf("codes %v", got)
-			}
-			if d := lim.Allow(req("192.0.2.9:1")); d.Key != tc.want || d.Err == nil {
-				t.Fatalf("decision %+v, want key %q and an error", d, tc.want)
-			}
+			require.Equal(t, []int{200, 200, 429, 429}, got, "codes")
+			d := lim.Allow(req("192.0.2.9:1"))
+			require.Equal(t, tc.want, d.Key, "decision %+v", d)
+			require.Error(t, d.Err, "decision %+v, want an error", d)
 			for _, err := range errs {
-				if err == nil {
-					t.Fatal("observer was not told the key error")
-				}
+				require.Error(t, err, "observer was not told the key error")
 			}
-			if s := lim.Stats(); s.KeyErrors != 5 {
-				t.Fatalf("KeyErrors = %d, want 5", s.KeyErrors)
-			}
+			assert.Equal(t, uint64(5), lim.Stats().KeyErrors, "KeyErrors")
 		})
 	}
 }

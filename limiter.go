@@ -177,9 +177,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	wantKey := len(l.observers) > 0 || l.denied != nil
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var buf [maxAddrKeyLen]byte
-		d, ps, key := l.decide(r, buf[:0])
+		d, ps, kb, ks := l.decide(r, buf[:0])
 		if wantKey {
-			d.Key = key.String()
+			d.Key = keyString(kb, ks)
 		}
 		l.observe(r, d)
 		if d.Outcome == Exempt {
@@ -194,7 +194,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			rw := &statusWriter{ResponseWriter: w}
 			next.ServeHTTP(rw, r)
 			if l.refund(rw.status()) {
-				l.refundCharge(context.WithoutCancel(r.Context()), ps, key, d)
+				l.refundCharge(context.WithoutCancel(r.Context()), ps, kb, ks, d)
 			}
 		default:
 			next.ServeHTTP(w, r)
@@ -208,8 +208,8 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // the Decision is Denied.
 func (l *Limiter) Allow(r *http.Request) Decision {
 	var buf [maxAddrKeyLen]byte
-	d, _, key := l.decide(r, buf[:0])
-	d.Key = key.String()
+	d, _, kb, ks := l.decide(r, buf[:0])
+	d.Key = keyString(kb, ks)
 	l.observe(r, d)
 	return d
 }
@@ -229,7 +229,7 @@ func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decis
 	if key == "" {
 		key, err = UnkeyedKey, errors.Join(err, ErrEmptyKey)
 	}
-	d := l.charge(ctx, ps, bucketKey{s: key}, n, err)
+	d := l.charge(ctx, ps, nil, key, n, err)
 	d.Key = key
 	l.observe(nil, d)
 	return d
@@ -246,10 +246,9 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 	if err != nil {
 		return Decision{}, err
 	}
-	k := bucketKey{s: key}
 	var res Result
 	if l.store == nil {
-		res = Result(ps.table.Peek(k.hash(l.seed), l.now()))
+		res = Result(ps.table.Peek(maphash.String(l.seed, key), l.now()))
 	} else if res, err = l.store.Peek(ctx, key, ps.Policy); err != nil {
 		return Decision{}, err
 	}
@@ -268,7 +267,7 @@ func (l *Limiter) Reset(ctx context.Context, policy, key string) error {
 	if err != nil {
 		return err
 	}
-	ps.table.Reset(bucketKey{s: key}.hash(l.seed), l.now())
+	ps.table.Reset(maphash.String(l.seed, key), l.now())
 	if l.store != nil {
 		return l.store.Reset(ctx, key, ps.Policy)
 	}

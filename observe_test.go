@@ -55,9 +55,7 @@ func logLimiter(t *testing.T, limit int, opts ...addrlimit.Option) (http.Handler
 	t.Helper()
 	rec := &recorder{}
 	lo, err := addrlimit.NewLogObserver(slog.New(rec), time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	lim := mustNew(t, limit, time.Hour, append(opts, addrlimit.WithObserver(lo.Observe))...)
 	return lim.Handler(okHandler), rec
 }
@@ -66,18 +64,14 @@ func TestLogObserverFields(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, rec := logLimiter(t, 1)
 		serve(h, req("192.0.2.1:1"))
-		if n := len(rec.lines()); n != 0 {
-			t.Fatalf("allowed request logged %d lines", n)
-		}
+		require.Empty(t, rec.lines(), "an allowed request was logged")
 		r := req("192.0.2.1:1", "Authorization", "Bearer stale-token-0123456789abc")
 		r.Method = "POST"
 		r.URL.Path = "/v1/progress"
 		r.URL.RawQuery = "session=secret-query"
 		serve(h, r)
 		lines := rec.lines()
-		if len(lines) != 1 {
-			t.Fatalf("%d lines, want 1", len(lines))
-		}
+		require.Len(t, lines, 1)
 		want := map[string]string{
 			"msg": "addrlimit: request with credentials limited", "level": "WARN",
 			"key": "192.0.2.1", "method": "POST", "route": "/v1/progress", "outcome": "limited",
@@ -85,13 +79,9 @@ func TestLogObserverFields(t *testing.T) {
 			"policy": "default", "cost": "1", "retired_token": "false",
 		}
 		for k, v := range want {
-			if lines[0][k] != v {
-				t.Errorf("%s = %q, want %q", k, lines[0][k], v)
-			}
+			assert.Equal(t, v, lines[0][k], "field %s", k)
 		}
-		if strings.Contains(rec.text(), "secret-query") {
-			t.Error("the query string was logged")
-		}
+		assert.NotContains(t, rec.text(), "secret-query", "the query string was logged")
 	})
 }
 
@@ -102,15 +92,13 @@ func TestLogObserverDryRunAndErrors(t *testing.T) {
 		serve(h, req("192.0.2.1:1"))
 		serve(h, req("not-an-address")) // key error, allowed: logged as degraded
 		lines := rec.lines()
-		if len(lines) != 2 {
-			t.Fatalf("%d lines: %v", len(lines), lines)
-		}
-		if lines[0]["mode"] != "dry_run" || lines[0]["credentialed"] != "false" || lines[0]["level"] != "INFO" {
-			t.Errorf("dry-run line %v", lines[0])
-		}
-		if lines[1]["key"] != addrlimit.UnkeyedKey || lines[1]["error"] == "" || lines[1]["outcome"] != "allowed" {
-			t.Errorf("key-error line %v", lines[1])
-		}
+		require.Len(t, lines, 2, "lines: %v", lines)
+		assert.Equal(t, "dry_run", lines[0]["mode"], "dry-run line %v", lines[0])
+		assert.Equal(t, "false", lines[0]["credentialed"], "dry-run line %v", lines[0])
+		assert.Equal(t, "INFO", lines[0]["level"], "dry-run line %v", lines[0])
+		assert.Equal(t, addrlimit.UnkeyedKey, lines[1]["key"], "key-error line %v", lines[1])
+		assert.NotEmpty(t, lines[1]["error"], "key-error line %v", lines[1])
+		assert.Equal(t, "allowed", lines[1]["outcome"], "key-error line %v", lines[1])
 	})
 }
 
@@ -171,15 +159,12 @@ func TestLogObserverBoundsAFlood(t *testing.T) {
 		for range 100_000 {
 			serve(h, r)
 		}
-		if n := len(rec.lines()); n != 1 {
-			t.Fatalf("a flood from one key logged %d lines in one interval, want 1", n)
-		}
+		require.Len(t, rec.lines(), 1, "a flood from one key, lines in one interval")
 		time.Sleep(time.Minute)
 		serve(h, r)
 		lines := rec.lines()
-		if len(lines) != 2 || lines[1]["suppressed"] != fmt.Sprint(100_000-5-1) {
-			t.Fatalf("next interval: %d lines, last %v; want suppressed=%d", len(lines), lines[len(lines)-1], 100_000-6)
-		}
+		require.Len(t, lines, 2, "lines after the next interval")
+		assert.Equal(t, fmt.Sprint(100_000-5-1), lines[1]["suppressed"], "next interval: %v", lines[1])
 	})
 }
 
@@ -191,9 +176,7 @@ func TestLogObserverBoundsAFloodOfKeys(t *testing.T) {
 			serve(h, r)
 			serve(h, r) // limited
 		}
-		if n := len(rec.lines()); n > 1001 {
-			t.Fatalf("20,000 limited keys logged %d lines in one interval, want at most 1001", n)
-		}
+		assert.LessOrEqual(t, len(rec.lines()), 1001, "lines 20,000 limited keys logged in one interval")
 	})
 }
 
@@ -215,25 +198,61 @@ func TestLogObserverNeverLogsTokens(t *testing.T) {
 			}
 		}
 		text := rec.text()
-		if len(rec.lines()) != len(tokens)-1 {
-			t.Fatalf("%d lines, want one per non-exempt key: %s", len(rec.lines()), text)
-		}
+		require.Len(t, rec.lines(), len(tokens)-1, "want one line per non-exempt key: %s", text)
 		for _, v := range tokens {
 			tokPart := v[strings.IndexByte(v, ' ')+1:]
-			if strings.Contains(text, tokPart[:12]) || strings.Contains(text, secret[:12]) {
-				t.Fatalf("a token reached the log: %s", text)
-			}
+			assert.NotContains(t, text, tokPart[:12], "a token reached the log")
 		}
+		assert.NotContains(t, text, secret[:12], "the secret reached the log")
 	})
 }
 
 func TestNewLogObserverErrors(t *testing.T) {
-	if _, err := addrlimit.NewLogObserver(nil, time.Minute); err == nil {
-		t.Error("nil logger accepted")
+	_, err := addrlimit.NewLogObserver(nil, time.Minute)
+	assert.Error(t, err, "nil logger accepted")
+	_, err = addrlimit.NewLogObserver(slog.Default(), 0)
+	assert.Error(t, err, "zero interval accepted")
+}
+
+func TestObserver(t *testing.T) {
+	tok := mustToken(t, secret)
+	type seen struct {
+		path string
+		d    addrlimit.Decision
 	}
-	if _, err := addrlimit.NewLogObserver(slog.Default(), 0); err == nil {
-		t.Error("zero interval accepted")
+	var got []seen
+	lim := mustNew(t, 1, time.Hour, addrlimit.WithExempt(tok.Match),
+		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) { got = append(got, seen{r.URL.Path, d}) }),
+		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) { got = append(got, seen{"second", d}) }))
+	h := lim.Handler(okHandler)
+	serve(h, req("192.0.2.1:1"))
+	serve(h, req("192.0.2.1:1", "Authorization", "Bearer "+secret))
+	serve(h, req("192.0.2.1:1", "Authorization", "Bearer wrong-token-0123456789"))
+	want := []addrlimit.Decision{
+		{Outcome: addrlimit.Allowed, Key: "192.0.2.1", Limit: 1, Remaining: 0, RetryAfter: time.Hour, ResetAfter: time.Hour},
+		{Outcome: addrlimit.Exempt},
+		{Outcome: addrlimit.Limited, Key: "192.0.2.1", Limit: 1, Remaining: 0},
 	}
+	require.Len(t, got, 2*len(want), "observer calls")
+	for i, w := range want {
+		d := got[2*i].d
+		require.Equal(t, "second", got[2*i+1].path, "observers out of order at %d", i)
+		require.Equal(t, d, got[2*i+1].d, "observers told different decisions at %d", i)
+		// RetryAfter and ResetAfter depend on the clock; check them apart.
+		assert.Equal(t, w.Outcome, d.Outcome, "decision %d = %+v", i, d)
+		assert.Equal(t, w.Key, d.Key, "decision %d = %+v", i, d)
+		assert.Equal(t, w.Limit, d.Limit, "decision %d = %+v", i, d)
+		assert.Equal(t, w.Remaining, d.Remaining, "decision %d = %+v", i, d)
+		if w.Outcome != addrlimit.Exempt {
+			assert.Positive(t, d.RetryAfter, "decision %d RetryAfter", i)
+			assert.LessOrEqual(t, d.RetryAfter, time.Hour, "decision %d RetryAfter", i)
+		}
+	}
+	s := lim.Stats()
+	assert.Equal(t, uint64(1), s.CredentialedLimited, "stats %+v", s)
+	assert.Equal(t, uint64(1), s.Limited, "stats %+v", s)
+	assert.Equal(t, uint64(1), s.Allowed, "stats %+v", s)
+	assert.Equal(t, uint64(1), s.Exempt, "stats %+v", s)
 }
 
 func BenchmarkObserverOverhead(b *testing.B) {

@@ -24,9 +24,7 @@ var (
 func mustProxies(t testing.TB, header string, trusted ...netip.Prefix) *addrlimit.TrustedProxies {
 	t.Helper()
 	p, err := addrlimit.NewTrustedProxies(header, trusted...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return p
 }
 
@@ -94,14 +92,15 @@ func TestTrustedProxies(t *testing.T) {
 				r.Header.Add(tc.header, l)
 			}
 			key, err := p.Key(r)
-			if key != tc.want || (err != nil) != tc.warn {
-				t.Fatalf("Key = %q, %v; want %q, warning %v", key, err, tc.want, tc.warn)
+			assert.Equal(t, tc.want, key, "Key (warning %v)", err)
+			if !tc.warn {
+				require.NoError(t, err)
+				return
 			}
-			if err != nil {
-				for _, l := range tc.lines {
-					if l != "" && strings.Contains(err.Error(), l) {
-						t.Fatalf("warning %q quotes the header", err)
-					}
+			require.Error(t, err, "want a warning")
+			for _, l := range tc.lines {
+				if l != "" {
+					assert.NotContains(t, err.Error(), l, "the warning quotes the header")
 				}
 			}
 		})
@@ -126,12 +125,9 @@ func TestNewTrustedProxiesErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := addrlimit.NewTrustedProxies(tc.header, tc.trusted...)
-			if err == nil || !strings.HasPrefix(err.Error(), "addrlimit: ") || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("error %v, want %q", err, tc.wantErr)
-			}
-			if _, err := addrlimit.TrustedProxyKey(tc.header, tc.trusted...); err == nil {
-				t.Fatal("TrustedProxyKey accepted what NewTrustedProxies rejects")
-			}
+			requirePackageError(t, err, tc.wantErr)
+			_, err = addrlimit.TrustedProxyKey(tc.header, tc.trusted...)
+			assert.Error(t, err, "TrustedProxyKey accepted what NewTrustedProxies rejects")
 		})
 	}
 }
@@ -142,9 +138,8 @@ func TestNewTrustedProxiesErrors(t *testing.T) {
 func TestAdvisory_CVE_2020_28483_LeftmostXFF(t *testing.T) {
 	p := mustProxies(t, "X-Forwarded-For", lbRange)
 	r := req("10.0.0.1:1", "X-Forwarded-For", "6.6.6.6, 203.0.113.9")
-	if k, _ := p.Key(r); k != "203.0.113.9" {
-		t.Fatalf("key %q: the client-written leftmost value was used", k)
-	}
+	k, _ := p.Key(r)
+	assert.Equal(t, "203.0.113.9", k, "the client-written leftmost value was used")
 }
 
 // chi RealIP (GHSA-9g5q-2w5x-hmxf) and httprate KeyByRealIP: headers were
@@ -156,9 +151,9 @@ func TestAdvisory_GHSA_9g5q_2w5x_hmxf_HeaderFromUntrustedPeer(t *testing.T) {
 		if h == "Forwarded" {
 			v = "for=6.6.6.6"
 		}
-		if k, err := p.Key(req("203.0.113.9:1", h, v)); k != "203.0.113.9" || err != nil {
-			t.Fatalf("%s from an untrusted peer: key %q, %v", h, k, err)
-		}
+		k, err := p.Key(req("203.0.113.9:1", h, v))
+		require.NoError(t, err, "%s from an untrusted peer", h)
+		require.Equal(t, "203.0.113.9", k, "%s from an untrusted peer", h)
 	}
 }
 
@@ -167,32 +162,31 @@ func TestAdvisory_GHSA_9g5q_2w5x_hmxf_HeaderFromUntrustedPeer(t *testing.T) {
 func TestAdvisory_Tollbooth2022_OnlyTheConfiguredHeader(t *testing.T) {
 	p := mustProxies(t, "X-Forwarded-For", lbRange)
 	r := req("10.0.0.1:1", "X-Forwarded-For", "203.0.113.9", "X-Real-IP", "6.6.6.6", "True-Client-IP", "6.6.6.7", "Forwarded", "for=6.6.6.8")
-	if k, _ := p.Key(r); k != "203.0.113.9" {
-		t.Fatalf("key %q came from a header that was not configured", k)
-	}
+	k, _ := p.Key(r)
+	assert.Equal(t, "203.0.113.9", k, "the key came from a header that was not configured")
 }
 
 // An IPv4-mapped IPv6 peer or element is the same trusted proxy, not a client.
 func TestAdvisory_IPv4MappedAliasOfTrustedProxy(t *testing.T) {
 	p := mustProxies(t, "X-Forwarded-For", lbRange)
 	r := req("[::ffff:10.0.0.1]:1", "X-Forwarded-For", "203.0.113.9, ::ffff:10.0.0.2")
-	if k, err := p.Key(r); k != "203.0.113.9" || err != nil {
-		t.Fatalf("key %q, %v", k, err)
-	}
+	k, err := p.Key(r)
+	require.NoError(t, err)
+	assert.Equal(t, "203.0.113.9", k)
 	// A mapped trusted range matches plain IPv4 too.
 	p = mustProxies(t, "X-Forwarded-For", netip.MustParsePrefix("::ffff:10.0.0.0/104"))
-	if k, err := p.Key(req("10.0.0.1:1", "X-Forwarded-For", "203.0.113.9")); k != "203.0.113.9" || err != nil {
-		t.Fatalf("mapped range: key %q, %v", k, err)
-	}
+	k, err = p.Key(req("10.0.0.1:1", "X-Forwarded-For", "203.0.113.9"))
+	require.NoError(t, err, "mapped range")
+	assert.Equal(t, "203.0.113.9", k, "mapped range")
 }
 
 // A zone must not turn a trusted proxy into an untrusted "client".
 func TestAdvisory_ZoneAliasOfTrustedProxy(t *testing.T) {
 	p := mustProxies(t, "X-Forwarded-For", netip.MustParsePrefix("fe80::/10"))
 	r := req("[fe80::1%eth0]:1", "X-Forwarded-For", "203.0.113.9, fe80::2%eth1")
-	if k, err := p.Key(r); k != "203.0.113.9" || err != nil {
-		t.Fatalf("key %q, %v", k, err)
-	}
+	k, err := p.Key(r)
+	require.NoError(t, err)
+	assert.Equal(t, "203.0.113.9", k)
 }
 
 // RFC 9110 §5.3: several lines are one comma-joined list; the proxy's line
@@ -200,45 +194,40 @@ func TestAdvisory_ZoneAliasOfTrustedProxy(t *testing.T) {
 func TestAdvisory_SeveralHeaderLines(t *testing.T) {
 	p := mustProxies(t, "X-Forwarded-For", lbRange)
 	r := req("10.0.0.1:1", "X-Forwarded-For", "6.6.6.6", "X-Forwarded-For", "203.0.113.9, 10.0.0.2")
-	if k, _ := p.Key(r); k != "203.0.113.9" {
-		t.Fatalf("key %q", k)
-	}
+	k, _ := p.Key(r)
+	assert.Equal(t, "203.0.113.9", k)
 	r = req("10.0.0.1:1", "X-Forwarded-For", "203.0.113.9", "X-Forwarded-For", "10.0.0.3, 10.0.0.2")
-	if k, _ := p.Key(r); k != "203.0.113.9" {
-		t.Fatalf("walk across lines: key %q", k)
-	}
+	k, _ = p.Key(r)
+	assert.Equal(t, "203.0.113.9", k, "walk across lines")
 }
 
 func TestAdvisory_PortsAndBrackets(t *testing.T) {
 	p := mustProxies(t, "X-Forwarded-For", lbRange)
 	for _, v := range []string{"203.0.113.9:1", "203.0.113.9:65535", "[::ffff:203.0.113.9]:80", "::ffff:203.0.113.9"} {
-		if k, err := p.Key(req("10.0.0.1:1", "X-Forwarded-For", "6.6.6.6, "+v+", 10.0.0.2:443")); k != "203.0.113.9" || err != nil {
-			t.Fatalf("%s: key %q, %v", v, k, err)
-		}
+		k, err := p.Key(req("10.0.0.1:1", "X-Forwarded-For", "6.6.6.6, "+v+", 10.0.0.2:443"))
+		require.NoError(t, err, v)
+		require.Equal(t, "203.0.113.9", k, v)
 	}
 }
 
 func TestAdvisory_5000ElementHeader(t *testing.T) {
 	p := mustProxies(t, "X-Forwarded-For", lbRange)
 	spoof := strings.Repeat("6.6.6.6, ", 5000)
-	if k, err := p.Key(req("10.0.0.1:1", "X-Forwarded-For", spoof+"203.0.113.9")); k != "203.0.113.9" || err != nil {
-		t.Fatalf("key %q, %v", k, err)
-	}
+	k, err := p.Key(req("10.0.0.1:1", "X-Forwarded-For", spoof+"203.0.113.9"))
+	require.NoError(t, err)
+	assert.Equal(t, "203.0.113.9", k)
 	// All trusted: the walk stops after a bounded number of hops.
 	chain := strings.Repeat("10.0.0.9, ", 5000) + "10.0.0.2"
-	k, err := p.Key(req("10.0.0.1:1", "X-Forwarded-For", chain))
-	if k != "10.0.0.9" || err == nil {
-		t.Fatalf("5000 trusted hops: key %q, %v; want the last hop walked and a warning", k, err)
-	}
+	k, err = p.Key(req("10.0.0.1:1", "X-Forwarded-For", chain))
+	assert.Equal(t, "10.0.0.9", k, "5000 trusted hops: want the last hop walked")
+	assert.Error(t, err, "5000 trusted hops: want a warning")
 }
 
 // End to end: behind a trusted proxy, a client rotating the leftmost
 // X-Forwarded-For value still gets exactly its quota.
 func TestTrustedProxyEndToEnd(t *testing.T) {
 	kf, err := addrlimit.TrustedProxyKey("X-Forwarded-For", lbRange)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var warnings int
 	lim := mustNew(t, 5, time.Hour, addrlimit.WithKeyFunc(kf), addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) {
 		if d.Err != nil {
@@ -249,38 +238,28 @@ func TestTrustedProxyEndToEnd(t *testing.T) {
 	got := codes(h, 50, func() *http.Request {
 		return req("10.0.0.1:1", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d, 203.0.113.9", time.Now().Nanosecond()%250))
 	})
-	if n := count(got, 200); n != 5 {
-		t.Fatalf("rotating client allowed %d times, want 5", n)
-	}
+	require.Equal(t, 5, count(got, 200), "times the rotating client was allowed")
 	// Another client behind the same proxy has its own budget.
-	if c := serve(h, req("10.0.0.1:1", "X-Forwarded-For", "203.0.113.10")).Code; c != 200 {
-		t.Fatalf("second client: %d", c)
-	}
+	require.Equal(t, 200, serve(h, req("10.0.0.1:1", "X-Forwarded-For", "203.0.113.10")).Code, "second client")
 	// A misconfigured header is reported and charged to the proxy, not skipped.
-	if c := serve(h, req("10.0.0.1:1", "X-Forwarded-For", "unknown")).Code; c != 200 || warnings != 1 {
-		t.Fatalf("misconfigured header: code %d, warnings %d", c, warnings)
-	}
+	require.Equal(t, 200, serve(h, req("10.0.0.1:1", "X-Forwarded-For", "unknown")).Code, "misconfigured header")
+	require.Equal(t, 1, warnings, "misconfigured header: warnings")
 	d := lim.Allow(req("10.0.0.1:1", "X-Forwarded-For", "unknown"))
-	if d.Key != "10.0.0.1" || d.Err == nil || !strings.Contains(d.Err.Error(), "X-Forwarded-For") {
-		t.Fatalf("decision %+v", d)
-	}
-	if s := lim.Stats(); s.KeyErrors != 2 {
-		t.Fatalf("KeyErrors = %d, want 2", s.KeyErrors)
-	}
+	assert.Equal(t, "10.0.0.1", d.Key, "decision %+v", d)
+	assert.ErrorContains(t, d.Err, "X-Forwarded-For", "decision %+v", d)
+	assert.Equal(t, uint64(2), lim.Stats().KeyErrors, "KeyErrors")
 }
 
 func TestClientAddr(t *testing.T) {
 	p := mustProxies(t, "X-Forwarded-For", lbRange)
 	a, err := p.ClientAddr(req("10.0.0.1:1", "X-Forwarded-For", "2001:db8:1:2::99"))
-	if err != nil || a != netip.MustParseAddr("2001:db8:1:2::99") {
-		t.Fatalf("ClientAddr = %v, %v; want the full address, not the /64", a, err)
-	}
-	if _, err := p.ClientAddr(req("not-an-ip")); err == nil {
-		t.Fatal("unparsable RemoteAddr gave no error")
-	}
-	if k, err := p.Key(req("@")); k != "" || err == nil {
-		t.Fatalf("Key of a Unix-socket peer = %q, %v; want an error and no key", k, err)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, netip.MustParseAddr("2001:db8:1:2::99"), a, "want the full address, not the /64")
+	_, err = p.ClientAddr(req("not-an-ip"))
+	assert.Error(t, err, "unparsable RemoteAddr gave no error")
+	k, err := p.Key(req("@"))
+	assert.Empty(t, k, "Key of a Unix-socket peer")
+	assert.Error(t, err, "Key of a Unix-socket peer")
 }
 
 func fuzzResolver(f *testing.F, header, appended string, seeds ...string) {

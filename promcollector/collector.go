@@ -1,25 +1,55 @@
 // Package promcollector exports an addrlimit.Limiter's counters to
 // Prometheus.
 //
-// The collector reads Limiter.Stats at scrape time, so it adds nothing to the
-// request path: no observer, no per-request allocation, no per-key label (the
-// cardinality is fixed). Several limiters can share a registry when each
-// collector has its own name, exported as the "limiter" label.
+// The collector reads Limiter.Stats once per scrape, so it adds nothing to the
+// request path: no observer, no per-request allocation, no per-key label. The
+// cardinality is fixed by the limiter's configuration: 3 series per policy
+// plus 9. Several limiters can share a registry when each collector has its
+// own name, exported as the constant label "limiter".
 //
 //	reg.MustRegister(promcollector.New(publicLimiter, "public"), promcollector.New(loginLimiter, "login"))
 //
-// Metrics:
+// Metrics (the package otelcollector reports the same figures through
+// OpenTelemetry as addrlimit.requests, addrlimit.keys, ...; OpenTelemetry's
+// Prometheus exporter turns those into exactly these series):
 //
-//	addrlimit_requests_total{outcome="allowed|limited|exempt"}  counter
-//	addrlimit_credentialed_limited_total                        counter  limited requests that carried an Authorization header
-//	addrlimit_key_errors_total                                  counter  requests whose key could not be determined cleanly
-//	addrlimit_store_errors_total                                counter  store failures (decided by the failure policy)
-//	addrlimit_evictions_total                                   counter  buckets dropped before they refilled
-//	addrlimit_overflows_total                                   counter  requests charged to the shared overflow bucket
-//	addrlimit_keys                                              gauge    buckets held in memory
+//	addrlimit_requests_total{policy,outcome}  counter  decisions; outcome is "allowed" or "limited" (dry-run
+//	                                                   included) per policy, and "exempt" with policy=""
+//	addrlimit_refunded_total                  counter  allowed requests given their tokens back by WithRefund
+//	addrlimit_credentialed_limited_total      counter  limited requests that carried an Authorization header
+//	                                                   (weak hint: anyone can send one)
+//	addrlimit_retired_token_limited_total     counter  limited requests that carried a retired internal secret
+//	                                                   (nobody else can send it: alert on this)
+//	addrlimit_key_errors_total                counter  requests whose key, policy or cost was not clean (still charged)
+//	addrlimit_store_errors_total              counter  store failures (decided by the failure policy)
+//	addrlimit_evictions_total                 counter  buckets moved from the exact table to the approximate memory
+//	addrlimit_keys{policy}                    gauge    exact buckets held in memory
+//	addrlimit_approx_keys                     gauge    estimated keys held only in the approximate memory
+//	addrlimit_approx_fill_ratio               gauge    fraction (0 to 1) of the approximate memory's cells in use,
+//	                                                   in the fullest policy's table
 //
-// Alert on addrlimit_credentialed_limited_total increasing: one of your own
-// services is being throttled.
+// Exempt requests bypass the limiter before any policy is chosen, so their
+// series carries policy="" (in PromQL, the same as no policy label); no policy
+// can have that name, so it never mixes with a real one. Summing
+// addrlimit_requests_total over every label counts every request the limiter
+// saw.
+//
+// Alerts:
+//
+//   - increase(addrlimit_retired_token_limited_total[10m]) > 0: a caller still
+//     sends an internal secret you retired (InternalToken.WithRetired) and is
+//     being limited. Only a holder of the old secret can send it, so this is
+//     one of your own services that missed a rotation, or the old secret has
+//     leaked; either way act on it.
+//   - addrlimit_credentialed_limited_total is a weaker hint, for dashboards and
+//     investigation rather than paging: anyone can send
+//     "Authorization: Bearer junk" and make it grow.
+//   - rate(addrlimit_store_errors_total[5m]) > 0: the store (e.g. Redis) is
+//     failing and the failure policy decides.
+//   - addrlimit_evictions_total growing: more active clients than WithMaxKeys
+//     holds exactly per policy; the others are decided from the approximate
+//     memory. addrlimit_approx_fill_ratio rising: a flood of addresses; near
+//     1, newcomers start to share limits with the flood.
 package promcollector
 
 import (
@@ -28,17 +58,21 @@ import (
 )
 
 // Collector is a prometheus.Collector for one Limiter. It is safe for
-// concurrent use.
+// concurrent use; a scrape reads Limiter.Stats once.
 type Collector struct {
-	lim                                                                 *addrlimit.Limiter
-	requests, credentialed, keyErrors, storeErrors, evictions, overflow *prometheus.Desc
-	keys                                                                *prometheus.Desc
+	lim                                       *addrlimit.Limiter
+	requests, refunded, credentialed, retired *prometheus.Desc
+	keyErrors, storeErrors, evictions         *prometheus.Desc
+	keys, approxKeys, approxFill              *prometheus.Desc
 }
 
-// New returns a collector for lim. A non-empty name is exported as the
-// constant label limiter="<name>"; give every collector in one registry a
-// distinct name.
+// New returns a collector for lim, which must not be nil. A non-empty name is
+// exported as the constant label limiter="<name>"; give every collector in
+// one registry a distinct name.
 func New(lim *addrlimit.Limiter, name string) *Collector {
+	if lim == nil {
+		panic("promcollector: New called with a nil Limiter")
+	}
 	var labels prometheus.Labels
 	if name != "" {
 		labels = prometheus.Labels{"limiter": name}
@@ -48,19 +82,25 @@ func New(lim *addrlimit.Limiter, name string) *Collector {
 	}
 	return &Collector{
 		lim:          lim,
-		requests:     desc("requests_total", "Requests decided by the rate limiter, by outcome.", "outcome"),
-		credentialed: desc("credentialed_limited_total", "Limited requests that carried an Authorization header: an internal caller whose token is missing or stale."),
-		keyErrors:    desc("key_errors_total", "Requests whose client key could not be determined cleanly (charged to a shared or fallback bucket)."),
+		requests:     desc("requests_total", `Requests decided by the rate limiter: allowed or limited (dry-run included) per policy, exempt with policy="".`, "policy", "outcome"),
+		refunded:     desc("refunded_total", "Allowed requests whose tokens were given back because of their response status (WithRefund)."),
+		credentialed: desc("credentialed_limited_total", "Limited requests that carried an Authorization header. A weak hint: any client can send one."),
+		retired:      desc("retired_token_limited_total", "Limited requests that carried a retired internal token secret: a caller that missed a rotation, or a leaked old secret."),
+		keyErrors:    desc("key_errors_total", "Requests whose key, policy or cost could not be determined cleanly; each was still charged."),
 		storeErrors:  desc("store_errors_total", "Store failures, decided by the limiter's failure policy."),
-		evictions:    desc("evictions_total", "Buckets dropped from the in-memory table before they had refilled, to make room."),
-		overflow:     desc("overflows_total", "Requests charged to the shared overflow bucket because the table was full of empty buckets."),
-		keys:         desc("keys", "Buckets held in the in-memory table."),
+		evictions:    desc("evictions_total", "Buckets moved out of the exact in-memory table into the approximate memory, to make room."),
+		keys:         desc("keys", "Exact buckets held in memory.", "policy"),
+		approxKeys:   desc("approx_keys", "Estimated number of keys whose state lives only in the approximate memory."),
+		approxFill:   desc("approx_fill_ratio", "Fraction (0 to 1) of the approximate memory's cells still holding a future time, in the fullest policy's table; 0 until a table first fills."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.requests, c.credentialed, c.keyErrors, c.storeErrors, c.evictions, c.overflow, c.keys} {
+	for _, d := range []*prometheus.Desc{
+		c.requests, c.refunded, c.credentialed, c.retired, c.keyErrors, c.storeErrors, c.evictions,
+		c.keys, c.approxKeys, c.approxFill,
+	} {
 		ch <- d
 	}
 }
@@ -71,13 +111,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, label ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), label...)
 	}
-	counter(c.requests, s.Allowed, "allowed")
-	counter(c.requests, s.Limited, "limited")
-	counter(c.requests, s.Exempt, "exempt")
+	gauge := func(d *prometheus.Desc, v float64, label ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, label...)
+	}
+	for _, p := range s.Policies {
+		counter(c.requests, p.Allowed, p.Name, "allowed")
+		counter(c.requests, p.Limited, p.Name, "limited")
+		gauge(c.keys, float64(p.Keys), p.Name)
+	}
+	counter(c.requests, s.Exempt, "", "exempt")
+	counter(c.refunded, s.Refunded)
 	counter(c.credentialed, s.CredentialedLimited)
+	counter(c.retired, s.RetiredTokenLimited)
 	counter(c.keyErrors, s.KeyErrors)
 	counter(c.storeErrors, s.StoreErrors)
 	counter(c.evictions, s.Evictions)
-	counter(c.overflow, s.Overflows)
-	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(s.Keys))
+	gauge(c.approxKeys, float64(s.ApproxKeys))
+	gauge(c.approxFill, s.ApproxFill)
 }

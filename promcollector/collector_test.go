@@ -1,6 +1,7 @@
 package promcollector_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,103 +16,173 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-const secret = "internal-secret-0123456789abcdef"
+const (
+	secret  = "internal-secret-0123456789abcdef"
+	retired = "retired-secret-0123456789abcdef"
+)
 
-func traffic(t testing.TB, lim *addrlimit.Limiter) {
-	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	send := func(remote, auth string) {
-		r := httptest.NewRequest("GET", "/", nil)
-		r.RemoteAddr = remote
-		if auth != "" {
-			r.Header.Set("Authorization", auth)
-		}
-		h.ServeHTTP(httptest.NewRecorder(), r)
-	}
-	for range 7 {
-		send("192.0.2.1:1", "") // 3 allowed, 4 limited
-	}
-	for range 4 {
-		send("192.0.2.2:1", "Bearer "+secret) // exempt
-	}
-	for range 5 {
-		send("192.0.2.3:1", "Bearer stale-token-0123456789") // 3 allowed, 2 limited with credentials
-	}
-	send("@", "") // key error, allowed
-}
-
+// newLimiter returns a limiter with a default policy of 3 per hour (no token
+// refills during a test), a "login" policy of 2 per hour, the internal token
+// secret (retired: retired) and a refund for 204 responses.
 func newLimiter(t testing.TB) *addrlimit.Limiter {
+	t.Helper()
 	tok, err := addrlimit.NewInternalToken(secret)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := addrlimit.New(3, time.Hour, addrlimit.WithExempt(tok.Match))
+	tok, err = tok.WithRetired(retired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := addrlimit.New(3, time.Hour,
+		addrlimit.WithInternalToken(tok),
+		addrlimit.WithPolicy("login", 2, time.Hour),
+		addrlimit.WithRefund(func(status int) bool { return status == http.StatusNoContent }),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return lim
 }
 
+// traffic sends known requests; the comments give the expected decisions.
+func traffic(t testing.TB, lim *addrlimit.Limiter) {
+	t.Helper()
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/free" {
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	send := func(n int, remote, path, auth string) {
+		for range n {
+			r := httptest.NewRequest("GET", path, nil)
+			r.RemoteAddr = remote
+			if auth != "" {
+				r.Header.Set("Authorization", auth)
+			}
+			h.ServeHTTP(httptest.NewRecorder(), r)
+		}
+	}
+	send(7, "192.0.2.1:1", "/", "")                             // 3 allowed, 4 limited
+	send(4, "192.0.2.2:1", "/", "Bearer "+secret)               // 4 exempt
+	send(5, "192.0.2.3:1", "/", "Bearer junk-token-0123456789") // 3 allowed, 2 limited credentialed
+	send(5, "192.0.2.4:1", "/", "Bearer "+retired)              // 3 allowed, 2 limited credentialed with a retired secret
+	send(4, "192.0.2.5:1", "/free", "")                         // 4 allowed and refunded: full again, so no bucket kept
+	send(1, "@", "/", "")                                       // key error, charged to the unkeyed bucket: 1 allowed
+	for range 3 {
+		lim.AllowKey(context.Background(), "login", "user@example.com", 1) // login: 2 allowed, 1 limited
+	}
+	if s := lim.Stats(); s.StoreErrors != 0 {
+		t.Fatalf("StoreErrors = %d: decisions were degraded, counts would be meaningless", s.StoreErrors)
+	}
+}
+
+const wantAll = `
+# HELP addrlimit_approx_fill_ratio Fraction (0 to 1) of the approximate memory's cells still holding a future time, in the fullest policy's table; 0 until a table first fills.
+# TYPE addrlimit_approx_fill_ratio gauge
+addrlimit_approx_fill_ratio{limiter="public"} 0
+# HELP addrlimit_approx_keys Estimated number of keys whose state lives only in the approximate memory.
+# TYPE addrlimit_approx_keys gauge
+addrlimit_approx_keys{limiter="public"} 0
+# HELP addrlimit_credentialed_limited_total Limited requests that carried an Authorization header. A weak hint: any client can send one.
+# TYPE addrlimit_credentialed_limited_total counter
+addrlimit_credentialed_limited_total{limiter="public"} 4
+# HELP addrlimit_evictions_total Buckets moved out of the exact in-memory table into the approximate memory, to make room.
+# TYPE addrlimit_evictions_total counter
+addrlimit_evictions_total{limiter="public"} 0
+# HELP addrlimit_key_errors_total Requests whose key, policy or cost could not be determined cleanly; each was still charged.
+# TYPE addrlimit_key_errors_total counter
+addrlimit_key_errors_total{limiter="public"} 1
+# HELP addrlimit_keys Exact buckets held in memory.
+# TYPE addrlimit_keys gauge
+addrlimit_keys{limiter="public",policy="default"} 4
+addrlimit_keys{limiter="public",policy="login"} 1
+# HELP addrlimit_refunded_total Allowed requests whose tokens were given back because of their response status (WithRefund).
+# TYPE addrlimit_refunded_total counter
+addrlimit_refunded_total{limiter="public"} 4
+# HELP addrlimit_requests_total Requests decided by the rate limiter: allowed or limited (dry-run included) per policy, exempt with policy="".
+# TYPE addrlimit_requests_total counter
+addrlimit_requests_total{limiter="public",outcome="allowed",policy="default"} 14
+addrlimit_requests_total{limiter="public",outcome="allowed",policy="login"} 2
+addrlimit_requests_total{limiter="public",outcome="exempt",policy=""} 4
+addrlimit_requests_total{limiter="public",outcome="limited",policy="default"} 8
+addrlimit_requests_total{limiter="public",outcome="limited",policy="login"} 1
+# HELP addrlimit_retired_token_limited_total Limited requests that carried a retired internal token secret: a caller that missed a rotation, or a leaked old secret.
+# TYPE addrlimit_retired_token_limited_total counter
+addrlimit_retired_token_limited_total{limiter="public"} 2
+# HELP addrlimit_store_errors_total Store failures, decided by the limiter's failure policy.
+# TYPE addrlimit_store_errors_total counter
+addrlimit_store_errors_total{limiter="public"} 0
+`
+
 func TestCollectorCounts(t *testing.T) {
 	lim := newLimiter(t)
 	traffic(t, lim)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(promcollector.New(lim, "public"))
-	want := `
-# HELP addrlimit_credentialed_limited_total Limited requests that carried an Authorization header: an internal caller whose token is missing or stale.
-# TYPE addrlimit_credentialed_limited_total counter
-addrlimit_credentialed_limited_total{limiter="public"} 2
-# HELP addrlimit_key_errors_total Requests whose client key could not be determined cleanly (charged to a shared or fallback bucket).
-# TYPE addrlimit_key_errors_total counter
-addrlimit_key_errors_total{limiter="public"} 1
-# HELP addrlimit_keys Buckets held in the in-memory table.
-# TYPE addrlimit_keys gauge
-addrlimit_keys{limiter="public"} 3
-# HELP addrlimit_requests_total Requests decided by the rate limiter, by outcome.
-# TYPE addrlimit_requests_total counter
-addrlimit_requests_total{limiter="public",outcome="allowed"} 7
-addrlimit_requests_total{limiter="public",outcome="exempt"} 4
-addrlimit_requests_total{limiter="public",outcome="limited"} 6
-# HELP addrlimit_store_errors_total Store failures, decided by the limiter's failure policy.
-# TYPE addrlimit_store_errors_total counter
-addrlimit_store_errors_total{limiter="public"} 0
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"addrlimit_requests_total", "addrlimit_credentialed_limited_total", "addrlimit_key_errors_total", "addrlimit_keys", "addrlimit_store_errors_total"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(wantAll)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestCollectorCardinalityIsFixed(t *testing.T) {
+	lim := newLimiter(t)
+	c := promcollector.New(lim, "")
+	// 3 series per policy (allowed, limited, keys) plus 9, whatever the traffic.
+	if got, want := testutil.CollectAndCount(c), 3*2+9; got != want {
+		t.Fatalf("%d series, want %d", got, want)
+	}
+	traffic(t, lim)
+	if got, want := testutil.CollectAndCount(c), 3*2+9; got != want {
+		t.Fatalf("after traffic: %d series, want %d", got, want)
 	}
 }
 
 func TestCollectorScrapeAndLint(t *testing.T) {
 	public, login := newLimiter(t), newLimiter(t)
 	traffic(t, public)
-	reg := prometheus.NewRegistry()
+	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(promcollector.New(public, "public"), promcollector.New(login, "login"))
 
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: status %d, %v", resp.StatusCode, err)
+	}
 	for _, line := range []string{
-		`addrlimit_requests_total{limiter="public",outcome="limited"} 6`,
-		`addrlimit_requests_total{limiter="login",outcome="limited"} 0`,
-		`addrlimit_evictions_total{limiter="public"} 0`,
-		`addrlimit_overflows_total{limiter="login"} 0`,
+		`addrlimit_requests_total{limiter="public",outcome="limited",policy="default"} 8`,
+		`addrlimit_requests_total{limiter="public",outcome="exempt",policy=""} 4`,
+		`addrlimit_retired_token_limited_total{limiter="public"} 2`,
+		`addrlimit_requests_total{limiter="login",outcome="limited",policy="login"} 0`,
+		`addrlimit_keys{limiter="login",policy="default"} 0`,
+		`addrlimit_approx_fill_ratio{limiter="login"} 0`,
 	} {
-		if !strings.Contains(string(body), line) {
+		if !strings.Contains(string(body), line+"\n") {
 			t.Errorf("scrape lacks %q:\n%s", line, body)
 		}
+	}
+	if strings.Contains(string(body), "overflow") {
+		t.Errorf("scrape still exports overflows:\n%s", body)
 	}
 	problems, err := testutil.CollectAndLint(promcollector.New(public, "public"))
 	if err != nil || len(problems) > 0 {
 		t.Fatalf("lint: %v %v", err, problems)
 	}
-	if n := testutil.CollectAndCount(promcollector.New(public, "")); n != 9 {
-		t.Fatalf("%d series, want 9 (fixed cardinality)", n)
-	}
+}
+
+func TestNewNilLimiterPanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("New(nil, ...) did not panic")
+		}
+	}()
+	promcollector.New(nil, "x")
 }
 
 // BenchmarkAllowedWithCollector shows that a registered collector costs the

@@ -31,7 +31,7 @@ func Example() {
 		}
 	}
 	// Output:
-	// addrlimit_requests_total{limiter="api",outcome="allowed"} 2
-	// addrlimit_requests_total{limiter="api",outcome="exempt"} 0
-	// addrlimit_requests_total{limiter="api",outcome="limited"} 1
+	// addrlimit_requests_total{limiter="api",outcome="allowed",policy="default"} 2
+	// addrlimit_requests_total{limiter="api",outcome="exempt",policy=""} 0
+	// addrlimit_requests_total{limiter="api",outcome="limited",policy="default"} 1
 }

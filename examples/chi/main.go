@@ -28,7 +28,7 @@ func newRouter(token string) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	global, err := addrlimit.New(300, time.Minute, addrlimit.WithKeyFunc(clientKey), addrlimit.WithExempt(tok.Match))
+	global, err := addrlimit.New(300, time.Minute, addrlimit.WithKeyFunc(clientKey), addrlimit.WithInternalToken(tok))
 	if err != nil {
 		return nil, err
 	}

@@ -89,7 +89,7 @@ func startAPI(exempt bool) (*phase, error) {
 	}
 	opts := []addrlimit.Option{addrlimit.WithObserver(lo.Observe)}
 	if exempt {
-		opts = append(opts, addrlimit.WithExempt(tok.Match)) // the fix: identity, not address
+		opts = append(opts, addrlimit.WithInternalToken(tok)) // the fix: identity, not address
 	}
 	lim, err := addrlimit.New(limit, period, opts...)
 	if err != nil {

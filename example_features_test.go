@@ -1,0 +1,164 @@
+package addrlimit_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/addrlimit/addrlimit"
+)
+
+// AllowKey limits work that has no HTTP request, such as jobs per tenant in a
+// queue, with the same buckets, store, counters and observers as the
+// middleware. A batch may cost several tokens.
+func ExampleLimiter_AllowKey() {
+	lim, _ := addrlimit.New(10, time.Minute) // 10 jobs a minute per tenant
+	ctx := context.Background()
+	for _, batch := range []int{4, 4, 4, 2} {
+		d := lim.AllowKey(ctx, "", "tenant-42", batch)
+		fmt.Println(d.Outcome, "cost", d.Cost, "remaining", d.Remaining)
+	}
+	// Output:
+	// allowed cost 4 remaining 6
+	// allowed cost 4 remaining 2
+	// limited cost 4 remaining 2
+	// allowed cost 2 remaining 0
+}
+
+// WithCost charges expensive requests more: here the number of items in a
+// batch request. The RateLimit field stays exact.
+func ExampleWithCost() {
+	lim, _ := addrlimit.New(100, time.Minute, addrlimit.WithCost(func(r *http.Request) int {
+		n, err := strconv.Atoi(r.URL.Query().Get("items"))
+		if err != nil {
+			return 1
+		}
+		return n // below 1 is charged 1; above the burst is refused
+	}))
+	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, items := range []string{"30", "50", "30", "500"} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("POST", "/batch?items="+items, nil))
+		fmt.Printf("%s %d %s retry=%q\n", items, w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 30 200 "default";r=70;t=0 retry=""
+	// 50 200 "default";r=20;t=0 retry=""
+	// 30 429 "default";r=20;t=0 retry="6"
+	// 500 429 "default";r=20;t=0 retry="60"
+}
+
+// WithRefund counts only failed logins: every attempt is charged before the
+// handler runs (so parallel guesses cannot exceed the budget), and a
+// successful one gets its token back.
+func ExampleWithRefund() {
+	lim, _ := addrlimit.New(3, time.Hour, addrlimit.WithRefund(func(status int) bool { return status < 400 }))
+	login := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.FormValue("password") != "right" {
+			http.Error(w, "wrong password", http.StatusUnauthorized)
+			return
+		}
+		io.WriteString(w, "welcome")
+	}))
+	for _, pw := range []string{"right", "right", "right", "right", "a", "b", "c", "d", "right"} {
+		w := httptest.NewRecorder()
+		login.ServeHTTP(w, httptest.NewRequest("POST", "/login?password="+pw, nil))
+		fmt.Print(w.Code, " ")
+	}
+	fmt.Println()
+	// Output: 200 200 200 200 401 401 401 429 429
+}
+
+// Identity, not address, for customers too: a partner identified by a
+// verified API key gets its own, larger budget; anonymous clients keep the
+// per-address one.
+func ExampleWithPolicySelector() {
+	apiKeys := map[string]string{"pk-live-acme-0123456789": "acme"} // verified credentials
+	lim, _ := addrlimit.New(2, time.Minute,
+		addrlimit.WithPolicy("partner", 1000, time.Minute),
+		addrlimit.WithPolicySelector(func(r *http.Request) (policy, key string, err error) {
+			if partner, ok := apiKeys[r.Header.Get("X-Api-Key")]; ok {
+				return "partner", "partner:" + partner, nil
+			}
+			return "", "", nil // the default policy, by address
+		}))
+	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, key := range []string{"", "", "", "pk-live-acme-0123456789", "pk-forged"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Api-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"))
+	}
+	// Output:
+	// 200 "default";q=2;w=60
+	// 200 "default";q=2;w=60
+	// 429 "default";q=2;w=60
+	// 200 "partner";q=1000;w=60
+	// 429 "default";q=2;w=60
+}
+
+// Peek shows a client's quota without spending it, for a status page; Reset
+// unblocks a customer.
+func ExampleLimiter_Reset() {
+	lim, _ := addrlimit.New(2, time.Hour)
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "198.51.100.23:5000"
+	for range 3 {
+		lim.Allow(r)
+	}
+	ctx := context.Background()
+	key := addrlimit.AddrKey(netip.MustParseAddr("198.51.100.23"))
+	d, _ := lim.Peek(ctx, "", key)
+	fmt.Println("before:", d.Outcome, d.Remaining, "retry in", d.RetryAfter.Round(time.Minute))
+	_ = lim.Reset(ctx, "", key)
+	d, _ = lim.Peek(ctx, "", key)
+	fmt.Println("after:", d.Outcome, d.Remaining)
+	fmt.Println("next request:", lim.Allow(r).Outcome)
+	// Output:
+	// before: limited 0 retry in 30m0s
+	// after: allowed 2
+	// next request: allowed
+}
+
+// Retire a secret instead of deleting it: services that still send it are
+// limited like anyone, but their decisions say so, and
+// Stats.RetiredTokenLimited counts them. Nobody outside can raise that alarm.
+func ExampleInternalToken_WithRetired() {
+	tok, _ := addrlimit.NewInternalToken("new-secret-0123456789abcdef")
+	tok, _ = tok.WithRetired("old-secret-0123456789abcdef")
+	lim, _ := addrlimit.New(1, time.Hour, addrlimit.WithInternalToken(tok))
+	for _, auth := range []string{"Bearer new-secret-0123456789abcdef", "Bearer old-secret-0123456789abcdef", "Bearer old-secret-0123456789abcdef", "Bearer junk"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("Authorization", auth)
+		d := lim.Allow(r)
+		fmt.Println(d.Outcome, "retired:", d.RetiredToken)
+	}
+	s := lim.Stats()
+	fmt.Println("retired limited:", s.RetiredTokenLimited, "credentialed limited:", s.CredentialedLimited)
+	fmt.Println(tok)
+	// Output:
+	// exempt retired: false
+	// allowed retired: true
+	// limited retired: true
+	// limited retired: false
+	// retired limited: 1 credentialed limited: 2
+	// InternalToken(1 secrets, 1 retired)
+}
+
+// Behind a reverse proxy that reaches the API over a Unix socket, trust the
+// socket peer explicitly; otherwise every client shares one bucket.
+func ExampleTrustedProxies_WithUnixSocket() {
+	tp, _ := addrlimit.NewTrustedProxies("X-Forwarded-For", netip.MustParsePrefix("127.0.0.1/32"))
+	tp = tp.WithUnixSocket()
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "@" // what net/http reports for a Unix socket peer
+	r.Header.Set("X-Forwarded-For", "203.0.113.50")
+	fmt.Println(tp.Key(r))
+	// Output: 203.0.113.50 <nil>
+}

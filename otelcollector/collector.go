@@ -1,0 +1,184 @@
+// Package otelcollector exports an addrlimit.Limiter's counters through the
+// OpenTelemetry metrics API.
+//
+// New registers observable instruments and one callback on a Meter. The
+// callback reads Limiter.Stats once per collection, so the collector adds
+// nothing to the request path: no observer, no per-request work, no per-key
+// attribute (the cardinality is fixed by the limiter's configuration).
+//
+//	c, err := otelcollector.New(lim, provider.Meter("github.com/addrlimit/addrlimit"), otelcollector.WithName("public"))
+//	...
+//	defer c.Unregister()
+//
+// Instruments, beside the series of the package promcollector. The figures are
+// the same, and OpenTelemetry's Prometheus exporter
+// (go.opentelemetry.io/otel/exporters/prometheus) turns these instruments into
+// exactly promcollector's series (names, labels, types and help; by default
+// the exporter adds its otel_scope_* labels and a target_info series), so
+// dashboards and alerts work unchanged whichever module feeds them:
+//
+//	OpenTelemetry                    instrument                    unit       Prometheus (promcollector)
+//	addrlimit.requests               Int64ObservableCounter        {request}  addrlimit_requests_total{policy,outcome}
+//	addrlimit.refunded               Int64ObservableCounter        {request}  addrlimit_refunded_total
+//	addrlimit.credentialed_limited   Int64ObservableCounter        {request}  addrlimit_credentialed_limited_total
+//	addrlimit.retired_token_limited  Int64ObservableCounter        {request}  addrlimit_retired_token_limited_total
+//	addrlimit.key_errors             Int64ObservableCounter        {request}  addrlimit_key_errors_total
+//	addrlimit.store_errors           Int64ObservableCounter        {error}    addrlimit_store_errors_total
+//	addrlimit.evictions              Int64ObservableCounter        {key}      addrlimit_evictions_total
+//	addrlimit.keys                   Int64ObservableUpDownCounter  {key}      addrlimit_keys{policy}
+//	addrlimit.approx_keys            Int64ObservableUpDownCounter  {key}      addrlimit_approx_keys
+//	addrlimit.approx_fill            Float64ObservableGauge        1          addrlimit_approx_fill_ratio
+//
+// addrlimit.requests has the attributes policy and outcome: "allowed" and
+// "limited" (dry-run decisions included) for each policy, and "exempt" with
+// policy="" (exempt requests bypass the limiter before a policy is chosen; no
+// policy can have the empty name). addrlimit.keys has the attribute policy.
+// With WithName every observation also carries the attribute limiter. The
+// attributes are named like the Prometheus labels rather than namespaced: the
+// instrument names already are. The key counts add up across limiters and
+// processes, hence up-down counters; approx_fill is a fraction from 0 to 1,
+// hence a gauge. Counters saturate at the largest int64 instead of wrapping.
+//
+// Alert on addrlimit.retired_token_limited increasing: a caller still sends
+// an internal secret you retired (InternalToken.WithRetired) and is being
+// limited, and nobody without the old secret can send it.
+// addrlimit.credentialed_limited is a weaker hint, since anyone can send
+// "Authorization: Bearer junk". The package promcollector lists the other
+// alerts.
+package otelcollector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/addrlimit/addrlimit"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// An Option configures New.
+type Option func(*config)
+
+type config struct {
+	name string
+}
+
+// WithName adds the attribute limiter=name to every observation. Give every
+// collector that reports to one Meter a distinct name: the OpenTelemetry API
+// requires callbacks to make distinct observations. An empty name adds no
+// attribute.
+func WithName(name string) Option {
+	return func(c *config) { c.name = name }
+}
+
+// Collector reports one Limiter's Stats to a Meter until Unregister. It is
+// safe for concurrent use.
+type Collector struct {
+	reg  metric.Registration
+	once sync.Once
+	err  error
+}
+
+type instruments struct {
+	requests, refunded, credentialed, retired metric.Int64ObservableCounter
+	keyErrors, storeErrors, evictions         metric.Int64ObservableCounter
+	keys, approxKeys                          metric.Int64ObservableUpDownCounter
+	approxFill                                metric.Float64ObservableGauge
+}
+
+// New creates the instruments on meter and registers one callback that
+// reports lim.Stats() at every collection. lim and meter must not be nil.
+// It returns the meter's error if an instrument or the callback cannot be
+// registered.
+func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector, error) {
+	if lim == nil {
+		return nil, errors.New("otelcollector: New called with a nil Limiter")
+	}
+	if meter == nil {
+		return nil, errors.New("otelcollector: New called with a nil Meter")
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+
+	var in instruments
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := meter.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	in.requests = counter("addrlimit.requests", "{request}", `Requests decided by the rate limiter: allowed or limited (dry-run included) per policy, exempt with policy="".`)
+	in.refunded = counter("addrlimit.refunded", "{request}", "Allowed requests whose tokens were given back because of their response status (WithRefund).")
+	in.credentialed = counter("addrlimit.credentialed_limited", "{request}", "Limited requests that carried an Authorization header. A weak hint: any client can send one.")
+	in.retired = counter("addrlimit.retired_token_limited", "{request}", "Limited requests that carried a retired internal token secret: a caller that missed a rotation, or a leaked old secret.")
+	in.keyErrors = counter("addrlimit.key_errors", "{request}", "Requests whose key, policy or cost could not be determined cleanly; each was still charged.")
+	in.storeErrors = counter("addrlimit.store_errors", "{error}", "Store failures, decided by the limiter's failure policy.")
+	in.evictions = counter("addrlimit.evictions", "{key}", "Buckets moved out of the exact in-memory table into the approximate memory, to make room.")
+	var err error
+	in.keys, err = meter.Int64ObservableUpDownCounter("addrlimit.keys", metric.WithUnit("{key}"), metric.WithDescription("Exact buckets held in memory."))
+	errs = append(errs, err)
+	in.approxKeys, err = meter.Int64ObservableUpDownCounter("addrlimit.approx_keys", metric.WithUnit("{key}"), metric.WithDescription("Estimated number of keys whose state lives only in the approximate memory."))
+	errs = append(errs, err)
+	in.approxFill, err = meter.Float64ObservableGauge("addrlimit.approx_fill", metric.WithUnit("1"), metric.WithDescription("Fraction (0 to 1) of the approximate memory's cells still holding a future time, in the fullest policy's table; 0 until a table first fills."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("otelcollector: creating instruments: %w", err)
+	}
+
+	var base []attribute.KeyValue
+	if cfg.name != "" {
+		base = []attribute.KeyValue{attribute.String("limiter", cfg.name)}
+	}
+	attrs := func(kv ...attribute.KeyValue) metric.ObserveOption {
+		return metric.WithAttributes(append(kv, base...)...)
+	}
+	plain := attrs()
+	observe := func(_ context.Context, o metric.Observer) error {
+		s := lim.Stats()
+		for _, p := range s.Policies {
+			policy := attribute.String("policy", p.Name)
+			o.ObserveInt64(in.requests, clamp(p.Allowed), attrs(policy, attribute.String("outcome", "allowed")))
+			o.ObserveInt64(in.requests, clamp(p.Limited), attrs(policy, attribute.String("outcome", "limited")))
+			o.ObserveInt64(in.keys, int64(p.Keys), attrs(policy))
+		}
+		o.ObserveInt64(in.requests, clamp(s.Exempt), attrs(attribute.String("policy", ""), attribute.String("outcome", "exempt")))
+		o.ObserveInt64(in.refunded, clamp(s.Refunded), plain)
+		o.ObserveInt64(in.credentialed, clamp(s.CredentialedLimited), plain)
+		o.ObserveInt64(in.retired, clamp(s.RetiredTokenLimited), plain)
+		o.ObserveInt64(in.keyErrors, clamp(s.KeyErrors), plain)
+		o.ObserveInt64(in.storeErrors, clamp(s.StoreErrors), plain)
+		o.ObserveInt64(in.evictions, clamp(s.Evictions), plain)
+		o.ObserveInt64(in.approxKeys, int64(s.ApproxKeys), plain)
+		o.ObserveFloat64(in.approxFill, s.ApproxFill, plain)
+		return nil
+	}
+	reg, err := meter.RegisterCallback(observe,
+		in.requests, in.refunded, in.credentialed, in.retired, in.keyErrors, in.storeErrors, in.evictions,
+		in.keys, in.approxKeys, in.approxFill)
+	if err != nil {
+		return nil, fmt.Errorf("otelcollector: registering the callback: %w", err)
+	}
+	return &Collector{reg: reg}, nil
+}
+
+// Unregister removes the callback from the Meter: later collections report
+// nothing for this limiter. It is idempotent; every call returns the first
+// call's result.
+func (c *Collector) Unregister() error {
+	c.once.Do(func() { c.err = c.reg.Unregister() })
+	return c.err
+}
+
+// clamp converts a counter to the int64 the API takes, saturating instead of
+// wrapping to a negative value.
+func clamp(v uint64) int64 {
+	if v > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(v)
+}
