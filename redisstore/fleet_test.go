@@ -362,9 +362,14 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 			}
 			waitClosed(t, a.store, b.store)
 			// Redis is back (empty, without persistence): both instances share
-			// one budget of 2 again.
+			// one budget of 2 again, and StoreErrors stops growing.
+			storeErrors := a.lim.Stats().StoreErrors
 			got1, _ := a.codes("192.0.2.3:1", 1)
 			got2, _ := b.codes("192.0.2.3:1", 2)
+			if len(a.degraded()) != 6 || len(b.degraded()) != 0 || a.lim.Stats().StoreErrors != storeErrors {
+				t.Fatalf("after recovery: degraded decisions (%d, %d), store errors %d then %d",
+					len(a.degraded())-6, len(b.degraded()), storeErrors, a.lim.Stats().StoreErrors)
+			}
 			if got1 != "[200]" || got2 != "[200 429]" {
 				t.Fatalf("after recovery: %s %s, want one budget of 2 shared by both instances", got1, got2)
 			}

@@ -20,10 +20,12 @@
 //
 // Concurrent calls are batched: while script calls are in flight (at most
 // two per store), further calls queue, and the next round trip carries all
-// of them, one script call per Redis Cluster hash slot, all in one pipeline.
-// A lone caller never waits for a batch. This is what makes the store about
-// twice as fast as one round trip per decision under concurrency; WithMaxBatch(1)
-// turns it off.
+// of them (up to WithMaxBatch), one script call per Redis Cluster hash slot,
+// all in one pipeline. A lone caller never waits for a batch. Measured on a
+// 2-core machine with Redis beside the client, that is 2–3 times the
+// decisions per second of one round trip per decision at 16–64 concurrent
+// callers (benchmarks/redis_test.go, BenchmarkFleet), at the same latency for
+// one caller. WithMaxBatch(1) turns it off.
 //
 // # Keys
 //
@@ -40,7 +42,9 @@
 // layout works. Keys of one client land in one slot only if they share a
 // hash tag: a KeyFunc that returns "{user42}:login" and "{user42}:api"
 // co-locates them (a hashed long key loses its tag). Do not put a hash tag in
-// the prefix, which would send every bucket to one slot.
+// the prefix, which would send every bucket to one slot. Run the cluster with
+// cluster-require-full-coverage no, so that while a master is down only the
+// keys of its slots go to the failure policy.
 //
 // # Failures
 //
@@ -54,10 +58,15 @@
 // A circuit breaker per Redis node (one for a single Redis, one per master of
 // a Cluster) stops asking a node after consecutive failures (WithBreaker,
 // default 3): calls then fail at once with an error that matches
-// ErrCircuitOpen, so an outage costs no timeout per request. One goroutine
-// per open circuit pings the node every probe interval (default 500 ms) and
-// closes the circuit at its first answer; no goroutine runs while Redis is
-// healthy, and nothing needs closing.
+// ErrCircuitOpen, so an outage costs no timeout per request (measured: p99
+// under 2 µs per decision one second into an outage, against the 50 ms
+// timeout without it). One goroutine per open circuit pings the node every
+// probe interval (default 500 ms) and closes the circuit at its first answer
+// (measured: shared decisions again 0.4 s after Redis returned). A prober
+// that nobody has needed for a minute closes its circuit and exits. No
+// goroutine runs while Redis is healthy, and nothing needs closing. An
+// overloaded Redis that times out opens the circuit too: the instances then
+// decide locally until a probe gets an answer, which sheds the load.
 //
 // A local deny cache remembers, per key, until when Redis said the key is
 // empty, and denies Takes locally until then without a round trip, so a
