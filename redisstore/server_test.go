@@ -110,6 +110,7 @@ func (s *redisServer) start() error {
 	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no", "--loglevel", "warning"}, s.extra...)
 	s.cmd = exec.Command("redis-server", args...)
+	dieWithTests(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
