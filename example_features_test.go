@@ -162,3 +162,42 @@ func ExampleTrustedProxies_WithUnixSocket() {
 	fmt.Println(tp.Key(r))
 	// Output: 203.0.113.50 <nil>
 }
+
+// One IPv6 site holds 65,536 /64s, each with its own bucket. To give a whole
+// /48 (and an IPv4 /24) one shared ceiling as well, stack a second limiter
+// keyed by the larger network at a multiple of the per-address limit. Turn it
+// on when floods come from few large networks; leave it off when many
+// customers share one network (carrier-grade NAT, a university).
+func Example_networkBudget() {
+	network := func(r *http.Request) (string, error) {
+		ap, err := netip.ParseAddrPort(r.RemoteAddr) // or TrustedProxies.ClientAddr behind proxies
+		if err != nil {
+			return "", err // charged to UnkeyedKey, never a bypass
+		}
+		a, bits := ap.Addr().Unmap(), 24
+		if a.Is6() {
+			bits = 48
+		}
+		p, _ := a.Prefix(bits)
+		return p.String(), nil
+	}
+	perAddress, _ := addrlimit.New(2, time.Hour)
+	perNetwork, _ := addrlimit.New(2*4, time.Hour, addrlimit.WithName("network"), addrlimit.WithKeyFunc(network))
+	// The per-address limiter outside: a request it denies costs the network
+	// nothing, so one drained /64 cannot spend its siblings' share.
+	h := perAddress.Handler(perNetwork.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	served := 0
+	for i := range 100 { // one /48, 100 different /64s, 2 requests each
+		for range 2 {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = fmt.Sprintf("[2001:db8:1:%x::1]:443", i)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code == http.StatusOK {
+				served++
+			}
+		}
+	}
+	fmt.Println("served from one /48:", served)
+	// Output: served from one /48: 8
+}

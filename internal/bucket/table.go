@@ -1,230 +1,357 @@
 package bucket
 
 import (
+	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
-// evictionSample is how many entries a full shard inspects to make room for a
-// new key. Larger samples pick a better victim and cost more per new key.
-const evictionSample = 32
+const (
+	// evictionSample is how many buckets a shard at its cap inspects to admit
+	// a new key. Larger samples pick a better victim and cost more per new key.
+	evictionSample = 32
+	// A shard below its cap but holding at least minSweep buckets inspects
+	// sweepSample random buckets every sweepEvery new keys and drops those
+	// that have refilled: 2 inspections per new key on average.
+	minSweep    = 64
+	sweepSample = 8
+	sweepEvery  = 4
+)
 
-// minSweep is the smallest shard size at which a shard sweeps out its full
-// buckets. A shard sweeps whenever it has doubled since its last sweep, so the
-// table stays within about twice the set of clients active within one full
-// refill time, at an amortised constant cost paid only by new keys.
-const minSweep = 64
-
-// Table holds the buckets of many keys, identified by 64-bit hashes that the
-// caller computes (with a keyed hash, so that clients cannot choose
-// collisions). It keeps at most its capacity of buckets and never needs a
-// background goroutine:
-//   - a bucket that has refilled completely is equal to a new one and is dropped
-//     when its shard sweeps (each time it has doubled since the last sweep) or
-//     comes across it while making room;
-//   - a shard at its cap that must admit a new key drops the fullest of a random
-//     sample of its buckets, but never an empty one (a client being limited right
-//     now): evicting it would hand an abuser a fresh bucket;
-//   - when every sampled bucket is empty, the new key is not admitted and is
-//     charged to one shared overflow bucket instead, so an address flood can
-//     neither grow memory nor buy anyone a fresh budget.
+// Table holds the token buckets of many keys, identified by 64-bit hashes
+// that the caller computes with a keyed hash (so that clients cannot choose
+// collisions), in a fixed amount of memory whatever the number of keys. It
+// needs no background goroutine and no request costs time proportional to
+// the number of keys.
 //
-// A Table is safe for concurrent use. The zero value is not usable; use NewTable.
+// Exact buckets: each of the table's shards keeps at most its share of
+// maxKeys buckets exactly, one int64 per key. Below that cap, and as long as
+// no shard has ever filled, every decision is exactly that of Policy (and of
+// golang.org/x/time/rate).
+//
+// At the cap: a new key is admitted by evicting a victim, the fullest of a
+// random sample of evictionSample buckets. A bucket that has refilled is
+// dropped for free (it is indistinguishable from a new one); any other victim
+// is merged into the shard's approximate memory, a sketch of GCRA times
+// allocated when the shard first needs it (see sketch). A key that is not in
+// the exact table starts from the sketch's estimate, which is never earlier
+// than its true state: evicting an abuser, however drained, hands it nothing,
+// and rotating addresses through the table buys nothing. The cost is that a
+// newcomer whose cells all collide with drained keys is limited too: with F
+// keys evicted within one refill time into a row of width w (4 per key of
+// shard capacity), the probability is about (1-exp(-F/w))^4 (see the
+// README's "Memory" section for figures).
+//
+// Memory: at most maxKeys exact buckets, in open-addressing tables of 16-byte
+// slots at a load of at most 0.8 (20 bytes per key of capacity when full;
+// see exact), plus, once a shard has evicted, its sketch of 4 rows x 4 x
+// shard cap cells of 4 bytes (64 bytes per key of capacity), released after
+// 16 idle refill times: at most 84 bytes per key of capacity, and about
+// 16 KB of shard headers. Below the cap, new keys inspect 2 random buckets
+// each on average (8 every 4th new key, once a shard holds 64) and drop
+// those that have refilled. If every key inserted is eventually dropped, a
+// table of N buckets holding L live ones drops 2(N-L)/N per insert, so it
+// settles at N = 2L: the table holds about twice the keys active within one
+// refill time (at least 64 per shard), never more than maxKeys. Tables grow
+// but do not shrink, so this is also what bounds memory below the cap.
+//
+// Reset and refunds: a bucket that is full but whose key the sketch would
+// still limit stays in the exact table as a full bucket, and is neither swept
+// nor preferred as a victim, so that Reset really unblocks a key.
+//
+// A Table is safe for concurrent use. The zero value is not usable; use
+// NewTable.
 type Table struct {
-	policy    Policy
-	shards    []shard
-	mask      uint64
-	overflow  shard // one bucket, key 0
-	overflows atomic.Uint64
+	policy Policy
+	clock  sketchClock
+	shards []shard
+	mask   uint64
 }
 
 type shard struct {
-	mu        sync.Mutex
-	tats      map[uint64]int64
-	max       int
-	sweepAt   int // sweep before admitting a key at this size
-	evictions uint64
-	allowed   uint64 // decisions, counted under mu: no atomics on the hot path
-	limited   uint64
-	_         [8]byte // keep neighbouring shards off one cache line
+	mu  sync.Mutex
+	ex  exact   // exact buckets
+	sk  *sketch // approximate memory; nil until the shard fills
+	max int32
+	// admitted counts new keys admitted below the cap, to sweep every
+	// sweepEvery of them.
+	admitted uint32
+	now      int64 // latest time seen, for Stats
+	// Counted under mu: no atomics on the hot path.
+	evictions, allowed, limited uint64
 }
 
-// NewTable returns a table for policy that keeps at most maxKeys buckets.
-// maxKeys must be at least 1.
+// NewTable returns a table for policy that keeps at most maxKeys exact
+// buckets. maxKeys must be at least 1. It allocates its shard array only;
+// buckets and sketches are allocated as keys arrive.
 func NewTable(policy Policy, maxKeys int) *Table {
 	n := 1
 	for n < 256 && maxKeys/(n*2) >= 64 {
 		n *= 2
 	}
-	t := &Table{policy: policy, shards: make([]shard, n), mask: uint64(n - 1)}
+	t := &Table{policy: policy, clock: newSketchClock(policy.tau), shards: make([]shard, n), mask: uint64(n - 1)}
 	for i := range t.shards {
-		t.shards[i].max = maxKeys / n
+		c := maxKeys / n
 		if i < maxKeys%n {
-			t.shards[i].max++
+			c++
 		}
-		t.shards[i].tats = make(map[uint64]int64)
-		t.shards[i].sweepAt = minSweep
+		t.shards[i].max = int32(min(c, math.MaxInt32)) // more than any memory holds
 	}
-	t.overflow.tats = make(map[uint64]int64, 1)
 	return t
 }
 
 // Policy returns the policy the table enforces.
 func (t *Table) Policy() Policy { return t.policy }
 
-// Take charges n tokens at now to the bucket of hash h (1 <= n <= Burst,
-// checked by the caller).
-func (t *Table) Take(h uint64, now, n int64) Result {
+func (t *Table) shard(h uint64) *shard { return &t.shards[(h^h>>32)&t.mask] }
+
+// lock locks h's shard and records now for Stats. It returns h, or 1 for
+// h == 0, which marks empty slots (keys 0 and 1 share a bucket: a collision,
+// which limits more, never less).
+func (t *Table) lock(h uint64, now int64) (*shard, uint64) {
+	if h == 0 {
+		h = 1
+	}
 	s := t.shard(h)
 	s.mu.Lock()
-	tat, ok := s.tats[h]
-	if !ok && !s.admit(t.policy, now) {
-		s.mu.Unlock()
-		t.overflows.Add(1)
-		return t.overflow.take(t.policy, 0, now, n)
+	if now > s.now {
+		s.now = now
 	}
-	res := s.charge(t.policy, h, tat, now, n)
+	return s, h
+}
+
+// state returns h's exact state, or its estimate; ok says it is exact.
+func (s *shard) state(t *Table, h uint64, now int64) (tat int64, ok bool) {
+	if tat, ok = s.ex.get(h); !ok {
+		tat = s.estimate(t, h, now)
+	}
+	return tat, ok
+}
+
+// Take charges n tokens at now to the bucket of hash h (1 <= n <= Burst,
+// checked by the caller). A denied Take changes nothing.
+func (t *Table) Take(h uint64, now, n int64) Result {
+	s, h := t.lock(h, now)
+	i, ok := s.ex.find(h)
+	var tat int64
+	if ok {
+		tat = s.ex.slots[i].tat
+	} else {
+		tat = s.estimate(t, h, now)
+	}
+	next, res := t.policy.Take(tat, now, n)
+	if res.Allowed {
+		s.allowed++
+		if ok {
+			s.ex.slots[i].tat = next
+		} else {
+			s.put(t, h, next, now, false)
+		}
+	} else {
+		s.limited++
+	}
 	s.mu.Unlock()
 	return res
 }
 
-func (t *Table) shard(h uint64) *shard { return &t.shards[(h^h>>32)&t.mask] }
-
-// Refund gives n tokens back at now to the bucket of hash h, never above full.
+// Refund gives n tokens back at now to the bucket of hash h, never above
+// full (1 <= n <= Burst, checked by the caller).
 func (t *Table) Refund(h uint64, now, n int64) Result {
-	s := t.shard(h)
-	s.mu.Lock()
+	s, h := t.lock(h, now)
 	defer s.mu.Unlock()
-	tat, ok := s.tats[h]
-	if !ok {
-		return t.policy.Peek(0, now)
-	}
+	tat, ok := s.state(t, h, now)
 	tat, res := t.policy.Refund(tat, now, n)
-	if t.policy.Full(tat, now) {
-		delete(s.tats, h)
-	} else {
-		s.tats[h] = tat
-	}
+	s.set(t, h, tat, now, ok)
 	return res
 }
 
 // Peek reports the bucket of hash h at now without changing it.
 func (t *Table) Peek(h uint64, now int64) Result {
-	s := t.shard(h)
-	s.mu.Lock()
+	s, h := t.lock(h, now)
 	defer s.mu.Unlock()
-	return t.policy.Peek(s.tats[h], now)
+	tat, _ := s.state(t, h, now)
+	return t.policy.Peek(tat, now)
 }
 
-// Reset makes the bucket of hash h full.
-func (t *Table) Reset(h uint64, _ int64) {
-	s := t.shard(h)
-	s.mu.Lock()
+// Reset makes the bucket of hash h full at now, even if the approximate
+// memory would limit h: the full bucket is then kept exactly.
+func (t *Table) Reset(h uint64, now int64) {
+	s, h := t.lock(h, now)
 	defer s.mu.Unlock()
-	delete(s.tats, h)
+	_, ok := s.ex.get(h)
+	s.set(t, h, now, now, ok)
 }
 
 // Mirror sets the bucket of hash h to the state a remote store reported at
-// now: full again after resetAfter.
+// now: full again after resetAfter, clamped to [0, Burst*Interval]. The
+// state is kept exactly, whatever the approximate memory says.
 func (t *Table) Mirror(h uint64, now int64, resetAfter time.Duration) {
-	s := t.shard(h)
-	s.mu.Lock()
+	s, h := t.lock(h, now)
 	defer s.mu.Unlock()
-	tat := now + min(int64(max(resetAfter, 0)), t.policy.tau)
-	if t.policy.Full(tat, now) {
-		delete(s.tats, h)
+	_, ok := s.ex.get(h)
+	s.set(t, h, now+min(max(int64(resetAfter), 0), t.policy.tau), now, ok)
+}
+
+// estimate returns the state of a key that is not in the exact table: full
+// (0), or the approximate memory's estimate, never earlier than the truth.
+// It runs with s.mu held, as do all shard methods.
+func (s *shard) estimate(t *Table, h uint64, now int64) int64 {
+	if s.sk == nil {
+		return 0
+	}
+	return s.sk.estimate(t.clock, h, now)
+}
+
+// free reports whether the exact bucket of h, in state tat, can be dropped
+// without changing any decision: it is full and the approximate memory does
+// not limit h.
+func (s *shard) free(t *Table, h uint64, tat, now int64) bool {
+	return tat <= now && s.estimate(t, h, now) <= now
+}
+
+// set gives h the state tat, exactly unless dropping the bucket changes
+// nothing. exists says whether h is in the exact table.
+func (s *shard) set(t *Table, h uint64, tat, now int64, exists bool) {
+	if s.free(t, h, tat, now) {
+		if exists {
+			s.ex.remove(h)
+		}
 		return
 	}
-	if _, ok := s.tats[h]; ok || s.admit(t.policy, now) {
-		s.tats[h] = tat
-	}
+	s.put(t, h, tat, now, exists)
 }
 
-// charge applies n tokens to the bucket of h, whose state is tat, and counts
-// the decision. It runs with s.mu held.
-func (s *shard) charge(p Policy, h uint64, tat, now, n int64) Result {
-	tat, res := p.Take(tat, now, n)
-	if res.Allowed {
-		s.tats[h] = tat
-		s.allowed++
-	} else {
-		s.limited++
+// put stores tat as h's exact state, making room first if h is new.
+func (s *shard) put(t *Table, h uint64, tat, now int64, exists bool) {
+	if !exists {
+		s.makeRoom(t, now)
 	}
-	return res
+	s.ex.set(h, tat, int(s.max))
 }
 
-// admit makes room for one more key, or reports that it cannot without
-// evicting an empty bucket. It runs with s.mu held.
-func (s *shard) admit(p Policy, now int64) bool {
-	if len(s.tats) >= s.sweepAt {
-		for k, tat := range s.tats {
-			if p.Full(tat, now) {
-				delete(s.tats, k)
+// makeRoom prepares the shard to admit one new key. Below the cap it sweeps
+// a few buckets; at the cap it drops the free buckets of a sample, or else
+// evicts the fullest sampled bucket into the approximate memory. Buckets
+// kept full on purpose (see Reset) are evicted only when the whole sample
+// consists of them.
+func (s *shard) makeRoom(t *Table, now int64) {
+	if s.sk != nil && s.sk.idle(t.clock, now) {
+		s.sk = nil // every cell free and unused for 16 refill times
+	}
+	if s.ex.n < int(s.max) {
+		if s.ex.n >= minSweep {
+			if s.admitted++; s.admitted%sweepEvery == 0 {
+				s.sweep(t, now)
 			}
 		}
-		s.sweepAt = max(2*len(s.tats), minSweep)
+		return
 	}
-	if len(s.tats) < s.max {
-		return true
-	}
+	// Pick the victim among a sample; drop the free buckets found instead,
+	// after the scan (removing shifts entries).
+	var free [evictionSample]uint64
+	nFree := 0
 	var victim uint64
-	victimTAT, found, freed := int64(0), false, false
-	n := 0
-	for k, tat := range s.tats {
-		switch {
-		case p.Full(tat, now):
-			delete(s.tats, k)
-			freed = true
-		case !p.Empty(tat, now) && (!found || tat < victimTAT):
-			victim, victimTAT, found = k, tat, true
+	victimRank, victimTAT := int64(math.MaxInt64), int64(0)
+	s.ex.sample(evictionSample, func(h uint64, tat int64) bool {
+		rank := tat
+		if tat <= now {
+			if s.free(t, h, tat, now) {
+				free[nFree] = h
+				nFree++
+				return true
+			}
+			rank = math.MaxInt64 // kept full on purpose: evict last
 		}
-		if n++; n == evictionSample {
-			break
+		if victim == 0 || rank < victimRank {
+			victim, victimRank, victimTAT = h, rank, tat
 		}
-	}
-	if freed {
 		return true
+	})
+	if nFree > 0 {
+		for _, h := range free[:nFree] {
+			s.ex.remove(h)
+		}
+		return
 	}
-	if found {
-		delete(s.tats, victim)
-		s.evictions++
-		return true
+	s.ex.remove(victim)
+	s.evictions++
+	if victimTAT > now {
+		if s.sk == nil {
+			s.sk = newSketch(t.clock, int(s.max), now)
+		}
+		s.sk.merge(t.clock, victim, victimTAT, now)
 	}
-	return false
 }
 
-func (s *shard) take(p Policy, h uint64, now, n int64) Result {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.charge(p, h, s.tats[h], now, n)
+// sweep drops the free buckets among sweepSample random ones.
+func (s *shard) sweep(t *Table, now int64) {
+	var free [sweepSample]uint64
+	nFree := 0
+	s.ex.sample(sweepSample, func(h uint64, tat int64) bool {
+		if s.free(t, h, tat, now) {
+			free[nFree] = h
+			nFree++
+		}
+		return true
+	})
+	for _, h := range free[:nFree] {
+		s.ex.remove(h)
+	}
 }
 
-// TableStats is a snapshot of a Table's counters.
+// TableStats is a snapshot of a Table's counters and memory.
 type TableStats struct {
 	Allowed, Limited uint64 // Take decisions
 	Keys             int    // exact buckets held
-	Evictions        uint64 // buckets that had not refilled, dropped to make room
-	ApproxKeys       int    // estimate of keys whose state lives only in the approximate memory
-	ApproxFill       float64
+	// Evictions counts buckets that had not refilled and left the exact
+	// table to make room (their state went to the approximate memory).
+	Evictions uint64
+	// ApproxKeys estimates how many keys have a live state in the approximate
+	// memory (linear counting over one row of each sketch); ApproxFill is the
+	// fraction of those rows' cells that hold a live time, 0 without sketch.
+	ApproxKeys int
+	ApproxFill float64
 }
 
-// Stats returns the table's counters. It locks each shard in turn.
+// Stats returns the table's counters. It locks each shard in turn (twice)
+// and reads one row of each shard's sketch (4 cells per key of capacity),
+// judging liveness at the latest time any shard has seen.
 func (t *Table) Stats() TableStats {
 	var st TableStats
+	now := int64(math.MinInt64)
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
+		now = max(now, s.now)
 		st.Allowed += s.allowed
 		st.Limited += s.limited
-		st.Keys += len(s.tats)
+		st.Keys += s.ex.n
 		st.Evictions += s.evictions
 		s.mu.Unlock()
 	}
-	s := &t.overflow
-	s.mu.Lock()
-	st.Allowed += s.allowed
-	st.Limited += s.limited
-	s.mu.Unlock()
+	live, width, approx := 0, 0, 0.0
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		if s.sk != nil {
+			l, w := s.sk.fill(t.clock, now)
+			live, width = live+l, width+w
+			approx += linearCount(l, w)
+		}
+		s.mu.Unlock()
+	}
+	if width > 0 {
+		st.ApproxFill = float64(live) / float64(width)
+	}
+	st.ApproxKeys = int(math.Round(approx))
 	return st
+}
+
+// linearCount estimates how many distinct keys set live of w cells
+// (Whang et al. 1990); a saturated row gives its upper end, w ln w.
+func linearCount(live, w int) float64 {
+	if live >= w {
+		return float64(w) * math.Log(float64(w))
+	}
+	return -float64(w) * math.Log1p(-float64(live)/float64(w))
 }

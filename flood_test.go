@@ -1,0 +1,232 @@
+package addrlimit_test
+
+// Address floods against the bounded in-memory table, played as an attacker
+// would, with the public API only (issue 11). Time is synctest's fake clock.
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"runtime"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/addrlimit/addrlimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// flooder sends requests from many IPv4 addresses through one Limiter.
+type flooder struct {
+	t   testing.TB
+	lim *addrlimit.Limiter
+	r   *http.Request
+}
+
+func newFlooder(t testing.TB, limit int, per time.Duration, opts ...addrlimit.Option) *flooder {
+	t.Helper()
+	lim, err := addrlimit.New(limit, per, opts...)
+	require.NoError(t, err)
+	return &flooder{t: t, lim: lim, r: httptest.NewRequest("GET", "/", nil)}
+}
+
+// attacker is the i-th address of 10.0.0.0/8; newcomer the i-th of
+// 198.18.0.0/15, another /8.
+func attacker(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+}
+func newcomer(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{198, 18 + byte(i>>16&1), byte(i >> 8), byte(i)})
+}
+
+// allow sends one request from a and returns the decision, failing the test
+// on a degraded or erroneous decision (an exact count needs clean ones).
+func (f *flooder) allow(a netip.Addr) addrlimit.Decision {
+	f.r.RemoteAddr = netip.AddrPortFrom(a, 4242).String()
+	d := f.lim.Allow(f.r)
+	if d.Degraded || d.Err != nil {
+		f.t.Fatalf("%v: degraded decision %+v", a, d)
+	}
+	return d
+}
+
+// drain spends every token of a and returns how many requests got through.
+func (f *flooder) drain(a netip.Addr) int {
+	n := 0
+	for f.allow(a).Outcome == addrlimit.Allowed {
+		n++
+	}
+	return n
+}
+
+// serveNewcomers sends one request from each of n newcomers, each preceded,
+// if interleave, by a freshly drained attacker address (numbered from
+// next), and returns how many newcomers were served.
+func (f *flooder) serveNewcomers(n int, interleave bool, next int) int {
+	served := 0
+	for i := range n {
+		if interleave {
+			f.drain(attacker(next + i))
+		}
+		if f.allow(newcomer(i)).Outcome == addrlimit.Allowed {
+			served++
+		}
+	}
+	return served
+}
+
+// Issue 11, target 1: WithMaxKeys(1000), 10/min, 1,500 drained attacker
+// addresses, then 100 newcomers from another /8: at least 90 served, also
+// when a freshly drained attacker address precedes each newcomer.
+func TestFloodNewcomersServed(t *testing.T) {
+	for _, interleave := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFlooder(t, 10, time.Minute, addrlimit.WithMaxKeys(1000))
+			short := 0 // attackers whose cells were all taken from the start
+			for i := range 1500 {
+				if f.drain(attacker(i)) < 10 {
+					short++
+				}
+			}
+			assert.LessOrEqual(t, short, 15)
+			served := f.serveNewcomers(100, interleave, 1500)
+			t.Logf("interleave %v: %d/100 newcomers served; %+v", interleave, served, f.lim.Stats())
+			assert.GreaterOrEqual(t, served, 90)
+
+			st := f.lim.Stats()
+			assert.LessOrEqual(t, st.Keys, 1000)
+			assert.GreaterOrEqual(t, st.Evictions, uint64(500))
+			// Every evicted key is still drained: the sketch holds about as
+			// many live keys as were evicted.
+			assert.InDelta(t, float64(st.Evictions), float64(st.ApproxKeys), 0.25*float64(st.Evictions))
+			assert.Positive(t, st.ApproxFill)
+			assert.Less(t, st.ApproxFill, 0.5)
+		})
+	}
+}
+
+// Issue 11, target 2: WithMaxKeys(100_000), 5/min, 105,000 drained
+// addresses: at least 900 of 1,000 newcomers served. Under -short, the same
+// ratios at a tenth of the size.
+func TestFloodNewcomersServedLargeTable(t *testing.T) {
+	maxKeys, flood, newcomers := 100_000, 105_000, 1000
+	if testing.Short() {
+		maxKeys, flood, newcomers = 10_000, 10_500, 1000
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFlooder(t, 5, time.Minute, addrlimit.WithMaxKeys(maxKeys))
+		for i := range flood {
+			f.drain(attacker(i))
+		}
+		served := f.serveNewcomers(newcomers, false, 0)
+		t.Logf("%d/%d newcomers served after %d drained addresses; %+v", served, newcomers, flood, f.lim.Stats())
+		assert.GreaterOrEqual(t, served, newcomers*9/10)
+	})
+}
+
+// honestBudget is what addrs addresses can get honestly from a limiter of
+// burst tokens refilled one per interval, over elapsed.
+func honestBudget(addrs, burst int, interval, elapsed time.Duration) float64 {
+	return float64(addrs) * (float64(burst) + float64(elapsed)/float64(interval))
+}
+
+// Issue 11, target 3a: 2,000 addresses through WithMaxKeys(1000), each
+// spending all but one token and moving on, for 2s: at most 1.5x the honest
+// budget (it was 56x when evicted buckets came back full).
+func TestFloodRotationKeepOneToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const addrs, burst = 2000, 10
+		f := newFlooder(t, burst, time.Minute, addrlimit.WithMaxKeys(1000))
+		start, allowed := time.Now(), 0
+		for time.Since(start) < 2*time.Second {
+			for i := range addrs {
+				for {
+					d := f.allow(attacker(i))
+					if d.Outcome == addrlimit.Allowed {
+						allowed++
+					}
+					if d.Outcome != addrlimit.Allowed || d.Remaining <= 1 {
+						break
+					}
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		elapsed := time.Since(start)
+		ratio := float64(allowed) / honestBudget(addrs, burst, 6*time.Second, elapsed)
+		t.Logf("keep-one-token rotation over %v: %d allowed, %.2fx the honest budget; %+v", elapsed, allowed, ratio, f.lim.Stats())
+		assert.LessOrEqual(t, ratio, 1.5)
+		assert.Positive(t, f.lim.Stats().Evictions, "the table never filled: the test proves nothing")
+	})
+}
+
+// Issue 11, target 3b: drain 2,000 addresses, wait one refill interval (6s),
+// drain again, 10 times: at most 1.5x the honest budget (it was 2.7x).
+func TestFloodRotationDrainWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const addrs, burst = 2000, 10
+		f := newFlooder(t, burst, time.Minute, addrlimit.WithMaxKeys(1000))
+		start, allowed := time.Now(), 0
+		for cycle := range 10 {
+			if cycle > 0 {
+				time.Sleep(6 * time.Second)
+			}
+			for i := range addrs {
+				allowed += f.drain(attacker(i))
+			}
+		}
+		elapsed := time.Since(start)
+		ratio := float64(allowed) / honestBudget(addrs, burst, 6*time.Second, elapsed)
+		t.Logf("drain-wait-rotate over %v: %d allowed, %.2fx the honest budget; %+v", elapsed, allowed, ratio, f.lim.Stats())
+		assert.LessOrEqual(t, ratio, 1.5)
+		assert.Positive(t, f.lim.Stats().Evictions, "the table never filled: the test proves nothing")
+	})
+}
+
+// heapInUse returns the live heap after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// Issue 11, target 4 (scaled): heap growth under a flood of 20x the cap is at
+// most 128 bytes per key of capacity; the full-size figure (2,000,000
+// addresses at WithMaxKeys(100_000)) is BenchmarkFloodHeap in the
+// benchmarks module. And a limiter that has seen 10 clients holds nothing
+// that grows with its cap.
+func TestFloodHeapGrowth(t *testing.T) {
+	const maxKeys, flood = 20_000, 400_000
+	f := newFlooder(t, 5, time.Minute, addrlimit.WithMaxKeys(maxKeys))
+	for i := range 10 {
+		f.allow(attacker(i))
+	}
+	before := heapInUse()
+	for i := range flood {
+		f.allow(attacker(i))
+	}
+	grown := float64(heapInUse()) - float64(before)
+	st := f.lim.Stats()
+	t.Logf("heap grew %.0f B for %d addresses at WithMaxKeys(%d): %.1f B per key of capacity; %+v", grown, flood, maxKeys, grown/maxKeys, st)
+	assert.LessOrEqual(t, grown/maxKeys, 128.0)
+	assert.Equal(t, maxKeys, st.Keys)
+	runtime.KeepAlive(f)
+
+	small := func(maxKeys int) uint64 {
+		before := heapInUse()
+		f := newFlooder(t, 5, time.Minute, addrlimit.WithMaxKeys(maxKeys))
+		for i := range 10 {
+			f.allow(attacker(i))
+		}
+		after := heapInUse()
+		runtime.KeepAlive(f)
+		return after - before
+	}
+	// The only difference allowed is the shard array: 8 shards at 1000 keys,
+	// 256 (16 KB) from 16,384 keys up.
+	capped, huge := small(1000), small(100_000_000)
+	t.Logf("a limiter with 10 clients: %d B at WithMaxKeys(1000), %d B at WithMaxKeys(1e8)", capped, huge)
+	assert.InDelta(t, float64(capped), float64(huge), 32<<10, "up-front allocation grows with the cap")
+}

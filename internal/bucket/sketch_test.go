@@ -1,0 +1,241 @@
+package bucket
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// sketchModel drives a sketch the way a shard does (release when idle) next
+// to an exact map of the last state merged for each key and an exact,
+// never-wrapping copy of every cell.
+type sketchModel struct {
+	t     testing.TB
+	clock sketchClock
+	sk    *sketch
+	truth map[uint64]int64
+	// shadow[i] is the latest time (units) merged into cell i; written[i]
+	// when cell i last changed to a nonzero value.
+	shadow, written []int64
+}
+
+func newSketchModel(t testing.TB, tau int64) *sketchModel {
+	return &sketchModel{t: t, clock: newSketchClock(tau), truth: map[uint64]int64{}}
+}
+
+func (m *sketchModel) merge(h uint64, tat, now int64) {
+	if m.sk != nil && m.sk.idle(m.clock, now) {
+		m.sk = nil
+	}
+	if m.sk == nil {
+		m.sk = newSketch(m.clock, 1, now) // rows of 32 cells: many collisions
+		m.shadow = make([]int64, len(m.sk.cells))
+		m.written = make([]int64, len(m.sk.cells))
+	}
+	before := append([]uint32(nil), m.sk.cells...)
+	m.sk.merge(m.clock, h, tat, now)
+	tu := ceilDiv(tat, m.clock.unit)
+	if uint32(tu) == 0 {
+		tu++
+	}
+	for _, slot := range m.sk.slots(h) {
+		m.shadow[slot] = max(m.shadow[slot], tu)
+	}
+	for i, v := range m.sk.cells {
+		if v != 0 && v != before[i] {
+			m.written[i] = floorDiv(now, m.clock.unit)
+		}
+	}
+	m.truth[h] = tat
+}
+
+// check asserts at now: every cell reads as its exact copy (live with the
+// same time, or free), however often the 32-bit clock wrapped; no nonzero
+// cell is older than the bound the scrub guarantees; and no key's estimate
+// is earlier than its state.
+func (m *sketchModel) check(now int64) {
+	m.t.Helper()
+	if m.sk != nil {
+		nu := floorDiv(now, m.clock.unit)
+		maxAge := int64(m.clock.window) + 2*(scrubPeriod+idleUnits)
+		for i, v := range m.sk.cells {
+			got, live := m.clock.live(v, nu)
+			if want := m.shadow[i]; live != (want > nu) || live && got != want {
+				m.t.Fatalf("at %d: cell %d reads %d (live %v), merged %d", nu, i, got, live, want)
+			}
+			if v != 0 && nu-m.written[i] > maxAge {
+				m.t.Fatalf("at %d: cell %d unscrubbed for %d units", nu, i, nu-m.written[i])
+			}
+		}
+	}
+	for h, tat := range m.truth {
+		if tat <= now {
+			continue
+		}
+		if e := m.sk.estimate(m.clock, h, now); e < tat {
+			m.t.Fatalf("at %d: key %x estimate %d earlier than its state %d", now, h, e, tat)
+		}
+	}
+}
+
+// The sketch over many wraps of its 32-bit clock: tau = 2^16ns makes a unit
+// 1ns, so 2^32 units pass every 4.3s of the time line.
+func TestSketchNeverUnderestimates(t *testing.T) {
+	for _, tau := range []int64{1 << 16, int64(time.Minute), 7} {
+		rng := rand.New(rand.NewPCG(uint64(tau), 1))
+		m := newSketchModel(t, tau)
+		unit := m.clock.unit
+		ks := keys(rng, 200)
+		now := int64(0)
+		for i := range 100_000 {
+			switch rng.IntN(100) {
+			case 0: // a long pause, sometimes long enough to release the sketch
+				now += rng.Int64N(2 * idleUnits * unit)
+			case 1, 2, 3:
+				now += rng.Int64N(idleUnits * unit)
+			default:
+				now += rng.Int64N(tau/8 + 1)
+			}
+			h := ks[rng.IntN(len(ks))]
+			m.merge(h, now+1+rng.Int64N(tau), now)
+			if i%97 == 0 {
+				m.check(now)
+			}
+		}
+		t.Logf("tau %d: %d wraps of the cell clock", tau, floorDiv(now, unit)>>32)
+	}
+}
+
+// A sketch kept alive for many wraps of its clock by one key merged just
+// often enough, while the cells of every other key lie untouched: without
+// the scrub, those would read as live again after 2^32 units.
+func TestSketchScrubPreventsGhosts(t *testing.T) {
+	for _, tau := range []int64{1 << 16, int64(time.Minute)} {
+		rng := rand.New(rand.NewPCG(uint64(tau), 2))
+		m := newSketchModel(t, tau)
+		unit := m.clock.unit
+		now := int64(0)
+		for _, h := range keys(rng, 100) {
+			m.merge(h, now+tau, now)
+		}
+		keep := rng.Uint64()
+		for range 25_000 {
+			now += (idleUnits - 1 - rng.Int64N(1000)) * unit
+			m.merge(keep, now+1+rng.Int64N(tau), now)
+			m.check(now)
+		}
+		require.Greater(t, floorDiv(now, unit)>>32, int64(5), "too few wraps")
+	}
+}
+
+func FuzzSketchNeverUnderestimates(f *testing.F) {
+	f.Add([]byte{1, 0, 0, 255, 2, 0, 16, 128, 1, 255, 255, 3})
+	f.Add([]byte{0, 255, 255, 255, 0, 255, 255, 255, 0, 255, 255, 255})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		const tau = 1 << 16 // unit 1ns
+		m := newSketchModel(t, tau)
+		now := int64(0)
+		for len(ops) >= 4 {
+			// key (16 keys: heavy collisions), gap (scaled so a few steps
+			// cross the idle limit and the 2^32 wrap), state offset.
+			h := uint64(ops[0]%16) * 0x9e3779b97f4a7c15
+			gap := int64(binary.LittleEndian.Uint16(ops[1:3]))
+			if gap > 60_000 {
+				gap *= gap * 8
+			}
+			now += gap
+			m.merge(h, now+1+int64(ops[3])*tau/256, now)
+			m.check(now)
+			ops = ops[4:]
+		}
+	})
+}
+
+// tableModel follows, for every key, the state an exact limiter reaches
+// from the requests the table actually allowed: the table may deny more
+// (collisions, rounding), never let a key be fuller than that.
+type tableModel struct {
+	t     testing.TB
+	p     Policy
+	tab   *Table
+	truth map[uint64]int64
+}
+
+func (m *tableModel) do(kind int, h uint64, now, n int64, after time.Duration) {
+	m.t.Helper()
+	switch kind {
+	case opTake:
+		if m.tab.Take(h, now, n).Allowed {
+			var res Result
+			if m.truth[h], res = m.p.Take(m.truth[h], now, n); !res.Allowed {
+				m.t.Fatalf("at %d: key %x allowed %d tokens it does not have", now, h, n)
+			}
+		}
+	case opRefund:
+		m.tab.Refund(h, now, n)
+		m.truth[h], _ = m.p.Refund(m.truth[h], now, n)
+	case opPeek:
+		m.tab.Peek(h, now)
+	case opReset:
+		m.tab.Reset(h, now)
+		delete(m.truth, h)
+	case opMirror:
+		m.tab.Mirror(h, now, after)
+		m.truth[h] = now + min(max(int64(after), 0), m.p.tau)
+	}
+	got, want := m.tab.Peek(h, now), m.p.Peek(m.truth[h], now)
+	if got.Remaining > want.Remaining || got.ResetAfter < want.ResetAfter {
+		m.t.Fatalf("at %d: key %x fuller than its true state: table %+v, truth %+v", now, h, got, want)
+	}
+	if kind == opReset || kind == opMirror {
+		// The caller's word is exact, sketch or not.
+		if got != want {
+			m.t.Fatalf("at %d: after set, table %+v, truth %+v", now, got, want)
+		}
+	}
+}
+
+const (
+	opReset = iota + opPeek + 1
+	opMirror
+)
+
+func FuzzTableNeverFullerThanTruth(f *testing.F) {
+	f.Add(uint8(3), []byte{0, 1, 0, 0, 0, 2, 0, 0, 3, 3, 200, 0, 4, 4, 0, 1})
+	f.Add(uint8(1), []byte{0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, burst uint8, ops []byte) {
+		p := mustPolicy(t, 1+int(burst%8), time.Second)
+		m := &tableModel{t: t, p: p, tab: NewTable(p, 4), truth: map[uint64]int64{}}
+		now := int64(0)
+		for len(ops) >= 4 {
+			kind := int(ops[0] % 5)
+			h := uint64(ops[1]%32) * 0x9e3779b97f4a7c15 // 32 keys, 4 exact buckets
+			now += int64(binary.LittleEndian.Uint16(ops[2:4])) * int64(time.Millisecond) / 16
+			n := 1 + int64(ops[1]>>5)%int64(p.Burst())
+			m.do(kind, h, now, n, time.Duration(ops[3])*p.Interval()/32)
+			ops = ops[4:]
+		}
+	})
+}
+
+func TestTableNeverFullerThanTruth(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	p := mustPolicy(t, 5, 100*time.Millisecond)
+	m := &tableModel{t: t, p: p, tab: NewTable(p, 64), truth: map[uint64]int64{}}
+	ks := keys(rng, 400)
+	now := int64(0)
+	for range 200_000 {
+		now += rng.Int64N(int64(time.Millisecond))
+		kind := opTake
+		if rng.IntN(10) == 0 {
+			kind = rng.IntN(5)
+		}
+		m.do(kind, ks[rng.IntN(len(ks))], now, 1+rng.Int64N(int64(p.Burst())), time.Duration(rng.Int64N(int64(time.Second))))
+	}
+	st := m.tab.Stats()
+	require.Positive(t, st.Evictions)
+	t.Logf("%+v", st)
+}

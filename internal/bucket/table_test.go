@@ -1,0 +1,411 @@
+package bucket
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// keys returns n distinct pseudo-random hashes, as a keyed hash would give.
+func keys(rng *rand.Rand, n int) []uint64 {
+	seen := make(map[uint64]bool, n)
+	out := make([]uint64, 0, n)
+	for len(out) < n {
+		if h := rng.Uint64(); !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// has reports whether h has an exact bucket.
+func (s *shard) has(h uint64) bool {
+	_, ok := s.ex.get(h)
+	return ok
+}
+
+// drain takes every token of h at now and reports how many it got.
+func drain(tab *Table, h uint64, now int64) int {
+	n := 0
+	for tab.Take(h, now, 1).Allowed {
+		n++
+	}
+	return n
+}
+
+// Below the cap the table is a map of Policy states: same results, call for
+// call, for every operation.
+func TestTableBelowCapMatchesPolicy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 2026))
+	p := mustPolicy(t, 7, 30*time.Millisecond)
+	tab := NewTable(p, 10_000)
+	ks := keys(rng, 500)
+	model := map[uint64]int64{}
+	now := int64(0)
+	for i := range 100_000 {
+		now += rng.Int64N(int64(5 * time.Millisecond))
+		h := ks[rng.IntN(len(ks))]
+		n := int64(1 + rng.IntN(p.Burst()))
+		var got, want Result
+		switch rng.IntN(10) {
+		case 0:
+			got = tab.Refund(h, now, n)
+			model[h], want = p.Refund(model[h], now, n)
+		case 1:
+			got, want = tab.Peek(h, now), p.Peek(model[h], now)
+		case 2:
+			tab.Reset(h, now)
+			delete(model, h)
+			continue
+		case 3:
+			got = tab.Take(h, now, n)
+			model[h], want = p.Take(model[h], now, n)
+		default:
+			got = tab.Take(h, now, 1)
+			model[h], want = p.Take(model[h], now, 1)
+		}
+		require.Equal(t, want, got, "call %d", i)
+	}
+	st := tab.Stats()
+	assert.Zero(t, st.Evictions)
+	assert.Zero(t, st.ApproxKeys)
+	assert.Zero(t, st.ApproxFill)
+	assert.LessOrEqual(t, st.Keys, len(ks))
+}
+
+// Below the cap, new keys sweep a few buckets: under churn the table stays
+// near twice the set of keys active within one refill time instead of
+// growing to its cap.
+func TestSweepKeepsTableNearLiveSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	p := mustPolicy(t, 10, 100*time.Millisecond) // one token refills in 100ms
+	tab := NewTable(p, 1<<20)                    // 256 shards, never swept below 64 keys each
+	const perSecond = 20_000
+	for sec := range int64(30) {
+		for _, h := range keys(rng, perSecond) {
+			tab.Take(h, sec*int64(time.Second), 1)
+		}
+	}
+	// Live: the last second's keys; those of the second before have
+	// refilled. Without the sweep the table would hold all 600,000.
+	st := tab.Stats()
+	t.Logf("%d keys held", st.Keys)
+	assert.Less(t, st.Keys, 3*perSecond, "swept table holds %d keys", st.Keys)
+	assert.Zero(t, st.Evictions)
+}
+
+func TestEvictionPicksTheFullestBucket(t *testing.T) {
+	p := mustPolicy(t, 10, time.Second)
+	tab := NewTable(p, 3)
+	tab.Take(1, 0, 1)
+	tab.Take(2, 0, 5)
+	tab.Take(3, 0, 3)
+	tab.Take(4, 0, 1) // evicts key 1, which has 9 tokens left
+	s := &tab.shards[0]
+	assert.False(t, s.has(1), "key 1 (fullest) survived")
+	for _, h := range []uint64{2, 3, 4} {
+		assert.True(t, s.has(h), "key %d was evicted instead of the fullest", h)
+	}
+	assert.Equal(t, uint64(1), tab.Stats().Evictions)
+	// Key 1 comes back from the approximate memory with no more than its
+	// 9 tokens.
+	assert.LessOrEqual(t, tab.Peek(1, 0).Remaining, 9)
+}
+
+func TestFullBucketsAreDroppedForFree(t *testing.T) {
+	p := mustPolicy(t, 4, time.Second)
+	tab := NewTable(p, 8)
+	for h := uint64(1); h <= 8; h++ {
+		tab.Take(h, 0, 1)
+	}
+	now := int64(time.Second) // all refilled
+	for h := uint64(100); h < 108; h++ {
+		tab.Take(h, now, 1)
+	}
+	st := tab.Stats()
+	assert.Equal(t, 8, st.Keys)
+	assert.Zero(t, st.Evictions, "dropping full buckets counted as evictions")
+	assert.True(t, tab.shards[0].sk == nil, "sketch allocated though nothing was evicted")
+}
+
+// An abuser evicted by a flood of new keys comes back no fuller than it left:
+// no fresh bucket. (The flood, 10,000 keys within 10µs through 8 exact
+// buckets and rows 32 cells wide, ends up limited too: each flood key starts
+// from its cells' estimate and pushes them later when evicted.)
+func TestEvictedAbuserStaysLimited(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	p := mustPolicy(t, 4, time.Second)
+	tab := NewTable(p, 8)
+	abusers := keys(rng, 4)
+	for _, h := range abusers {
+		require.Equal(t, 4, drain(tab, h, 0))
+	}
+	for i, h := range keys(rng, 10_000) {
+		tab.Take(h, int64(i), 1)
+	}
+	for _, h := range abusers {
+		assert.False(t, tab.Take(h, 20_000, 1).Allowed, "abuser %x got a fresh bucket", h)
+	}
+	st := tab.Stats()
+	assert.Equal(t, 8, st.Keys)
+	assert.Positive(t, st.Evictions)
+	assert.Positive(t, st.Limited)
+}
+
+// Rotation through a full table: each key keeps one token and moves on. An
+// honest budget is keys x (burst + refill); rotation must not beat it.
+func TestRotationGainsNothing(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	p := mustPolicy(t, 10, 6*time.Second)
+	tab := NewTable(p, 1000)
+	ks := keys(rng, 2000)
+	now, allowed := int64(0), 0
+	const step = int64(40 * time.Microsecond) // 25 passes in 2s
+	for now < int64(2*time.Second) {
+		for _, h := range ks {
+			for {
+				if tab.Peek(h, now).Remaining <= 1 {
+					break
+				}
+				if !tab.Take(h, now, 1).Allowed {
+					break
+				}
+				allowed++
+			}
+			now += step
+		}
+	}
+	honest := float64(len(ks)) * (float64(p.Burst()) + float64(now)/float64(p.Interval()))
+	ratio := float64(allowed) / honest
+	t.Logf("allowed %d, honest budget %.0f, ratio %.3f", allowed, honest, ratio)
+	assert.LessOrEqual(t, ratio, 1.0)
+}
+
+// Newcomers are admitted by eviction, not lumped together: with 1,500
+// drained keys through a 1,000-key table, nearly all newcomers are served.
+func TestNewcomersServedAfterFlood(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	p := mustPolicy(t, 10, 6*time.Second)
+	tab := NewTable(p, 1000)
+	for _, h := range keys(rng, 1500) {
+		drain(tab, h, 0)
+	}
+	served := 0
+	for _, h := range keys(rng, 1000) {
+		drain(tab, rng.Uint64(), 0) // a fresh attacker key before each newcomer
+		if tab.Take(h, 0, 1).Allowed {
+			served++
+		}
+	}
+	assert.GreaterOrEqual(t, served, 980)
+	st := tab.Stats()
+	assert.Equal(t, 1000, st.Keys)
+	assert.Positive(t, st.ApproxFill)
+	assert.InDelta(t, float64(st.Evictions), float64(st.ApproxKeys), 0.25*float64(st.Evictions))
+}
+
+// evictIntoSketch drains h and floods the table with drained keys until h
+// lives only in the approximate memory.
+func evictIntoSketch(t *testing.T, tab *Table, rng *rand.Rand, h uint64, now int64) {
+	t.Helper()
+	drain(tab, h, now)
+	for i := 0; ; i++ {
+		if !tab.shard(h).has(h) {
+			break
+		}
+		require.Less(t, i, 100_000, "key never evicted")
+		drain(tab, rng.Uint64(), now)
+	}
+	require.False(t, tab.Peek(h, now).Allowed, "evicted key not limited by the sketch")
+}
+
+func TestResetUnblocksAKeyInTheSketch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	p := mustPolicy(t, 5, time.Second)
+	tab := NewTable(p, 64)
+	h := rng.Uint64()
+	evictIntoSketch(t, tab, rng, h, 0)
+
+	tab.Reset(h, 0)
+	assert.Equal(t, p.Burst(), tab.Peek(h, 0).Remaining)
+	// The flood goes on: the full bucket kept for h is neither swept nor
+	// evicted while the sketch would limit h.
+	for range 10_000 {
+		drain(tab, rng.Uint64(), 0)
+	}
+	assert.Equal(t, p.Burst(), drain(tab, h, 0), "Reset undone by the flood")
+
+	// Once the sketch has expired (times are rounded up to tau/65536, so
+	// wait a little longer than tau), a reset key needs no exact bucket.
+	later := int64(p.Burst()+1) * int64(p.Interval())
+	tab.Reset(h, later)
+	kept := tab.shard(h).has(h)
+	assert.False(t, kept, "reset of an unlimited key kept a bucket")
+}
+
+// The sweep below the cap must not drop the full bucket Reset keeps.
+func TestSweepKeepsResetBucket(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	p := mustPolicy(t, 5, time.Second)
+	tab := NewTable(p, 127) // one shard
+	s := &tab.shards[0]
+	h := rng.Uint64()
+	evictIntoSketch(t, tab, rng, h, 0)
+	tab.Reset(h, 0)
+	// Replace the drained keys by 100 keys that spend one token at 0 and
+	// have refilled at 2s, when the sketch still limits h (until 5s).
+	s.ex = exact{}
+	tab.Reset(h, 0)
+	for range 100 {
+		tab.Take(rng.Uint64(), 0, 1)
+	}
+	now := 2 * int64(time.Second)
+	require.True(t, tab.Peek(h, now).Allowed)
+	// New keys below the cap sweep the refilled ones, never h's.
+	for range 60 {
+		tab.Take(rng.Uint64(), now, 1)
+		require.Less(t, s.ex.n, int(s.max), "reached the cap: the sweep did not run")
+		require.True(t, s.has(h))
+	}
+	require.Less(t, s.ex.n, 101+60-40, "the sweep dropped too few refilled buckets")
+	assert.Equal(t, p.Burst(), drain(tab, h, now))
+}
+
+func TestRefund(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	p := mustPolicy(t, 5, time.Second)
+	tab := NewTable(p, 64)
+
+	h := rng.Uint64()
+	tab.Take(h, 0, 3)
+	assert.Equal(t, 4, tab.Refund(h, 0, 2).Remaining)
+	assert.Equal(t, 5, tab.Refund(h, 0, 5).Remaining, "refund above full")
+	kept := tab.shard(h).has(h)
+	assert.False(t, kept, "a refunded full bucket was kept")
+
+	// A key known only to the sketch gets the refund on top of its estimate
+	// (rounded up to tau/65536 = 76µs: look 1ms later).
+	g := rng.Uint64()
+	evictIntoSketch(t, tab, rng, g, 0)
+	ms := int64(time.Millisecond)
+	assert.Equal(t, 2, tab.Refund(g, ms, 2).Remaining)
+	assert.Equal(t, 2, drain(tab, g, ms))
+	// Refunding an unknown key changes nothing.
+	assert.Equal(t, Result{Allowed: true, Remaining: 5}, tab.Refund(rng.Uint64(), 0, 1))
+}
+
+func TestMirror(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	p := mustPolicy(t, 5, time.Second)
+	tab := NewTable(p, 64)
+	h := rng.Uint64()
+
+	tab.Mirror(h, 0, 3*time.Second)
+	assert.Equal(t, Result{Allowed: true, Remaining: 2, ResetAfter: 3 * time.Second}, tab.Peek(h, 0))
+	tab.Mirror(h, 0, time.Hour) // clamped to an empty bucket
+	assert.Equal(t, 5*time.Second, tab.Peek(h, 0).ResetAfter)
+	tab.Mirror(h, 0, -time.Second) // full
+	assert.Equal(t, 5, tab.Peek(h, 0).Remaining)
+	assert.Zero(t, tab.Stats().Keys, "a full mirrored bucket was kept")
+
+	// The remote store's word wins over the sketch, both ways.
+	g := rng.Uint64()
+	evictIntoSketch(t, tab, rng, g, 0)
+	tab.Mirror(g, 0, time.Second)
+	assert.Equal(t, 4, tab.Peek(g, 0).Remaining)
+	tab.Mirror(g, 0, 0)
+	assert.Equal(t, 5, tab.Peek(g, 0).Remaining)
+}
+
+func TestStats(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	p := mustPolicy(t, 2, time.Second)
+	tab := NewTable(p, 1000)
+	assert.Equal(t, TableStats{}, tab.Stats())
+	allowed := 0
+	for _, h := range keys(rng, 3000) {
+		if tab.Take(h, 0, 1).Allowed {
+			allowed++
+		}
+		require.False(t, tab.Take(h, 0, 2).Allowed)
+	}
+	// A few newcomers collide with evicted keys in all four rows and start
+	// with fewer than 2 tokens.
+	require.Greater(t, allowed, 2900)
+	st := tab.Stats()
+	assert.Equal(t, uint64(allowed), st.Allowed)
+	assert.Equal(t, uint64(6000-allowed), st.Limited)
+	assert.Equal(t, 1000, st.Keys)
+	assert.Equal(t, uint64(allowed-1000), st.Evictions)
+	assert.InDelta(t, 2000, st.ApproxKeys, 200)
+	// 2000 keys over 8 shards of rows 500 wide: fill 1-exp(-0.5).
+	assert.InDelta(t, 0.39, st.ApproxFill, 0.05)
+
+	// One refill time later every sketch cell is free; 16 later, the
+	// sketches are released as new keys arrive (these replace full buckets,
+	// so they need no sketch).
+	tau := int64(2 * time.Second)
+	tab.Peek(rng.Uint64(), tau)
+	st = tab.Stats()
+	assert.Zero(t, st.ApproxKeys)
+	assert.Zero(t, st.ApproxFill)
+	for _, h := range keys(rng, 200) {
+		tab.Take(h, 17*tau, 1)
+	}
+	for i := range tab.shards {
+		assert.True(t, tab.shards[i].sk == nil, "shard %d kept an idle sketch", i)
+	}
+}
+
+func TestShardCaps(t *testing.T) {
+	p := mustPolicy(t, 1, time.Second)
+	for _, n := range []int{1, 2, 63, 64, 127, 128, 1000, 1 << 20} {
+		tab := NewTable(p, n)
+		sum := 0
+		for i := range tab.shards {
+			require.GreaterOrEqual(t, int(tab.shards[i].max), 1, "maxKeys %d: shard %d", n, i)
+			sum += int(tab.shards[i].max)
+		}
+		assert.Equal(t, n, sum, "maxKeys %d: shard caps", n)
+	}
+}
+
+// Concurrent use under -race, at the cap, with every operation.
+func TestTableConcurrent(t *testing.T) {
+	p := mustPolicy(t, 3, time.Millisecond)
+	tab := NewTable(p, 256)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 21))
+			for i := range 20_000 {
+				h, now := rng.Uint64N(2000), int64(i)*1000
+				switch rng.IntN(6) {
+				case 0:
+					tab.Refund(h, now, 1)
+				case 1:
+					tab.Reset(h, now)
+				case 2:
+					tab.Mirror(h, now, time.Millisecond)
+				case 3:
+					tab.Peek(h, now)
+				default:
+					tab.Take(h, now, 1)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 100 {
+			st := tab.Stats()
+			assert.LessOrEqual(t, st.Keys, 256)
+		}
+	})
+	wg.Wait()
+	assert.LessOrEqual(t, tab.Stats().Keys, 256)
+}
