@@ -182,14 +182,21 @@ func (t *Table) Reset(h uint64, now int64) {
 	s.set(t, h, now, now, ok)
 }
 
-// Mirror sets the bucket of hash h to the state a remote store reported at
-// now: full again after resetAfter, clamped to [0, Burst*Interval]. The
-// state is kept exactly, whatever the approximate memory says.
+// Mirror records the state a remote store reported at now for the bucket of
+// hash h: full again after resetAfter, clamped to [0, Burst*Interval]. Of
+// the state already held and the reported one, the later (emptier) is kept,
+// so answers that arrive out of order never make the copy fuller. The state
+// is kept exactly, whatever the approximate memory says.
 func (t *Table) Mirror(h uint64, now int64, resetAfter time.Duration) {
 	s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
-	_, ok := s.ex.get(h)
-	s.set(t, h, now+min(max(int64(resetAfter), 0), t.policy.tau), now, ok)
+	tat := now + min(max(int64(resetAfter), 0), t.policy.tau)
+	old, ok := s.ex.get(h)
+	// Answers of concurrent requests may arrive out of order: keep the
+	// latest state any of them reported, so an older, fuller answer never
+	// undoes a newer one. (After a remote refund this keeps the local copy
+	// stricter than the store until the next charge: the safe direction.)
+	s.set(t, h, max(tat, old), now, ok)
 }
 
 // estimate returns the state of a key that is not in the exact table: full
