@@ -190,7 +190,12 @@ func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, kb []byte, 
 			return
 		}
 		if l.failure == FailLocal {
-			ps.table.Mirror(h, l.now(), res.ResetAfter)
+			// The local copy keeps the later of its state and an answer
+			// (answers may arrive out of order), so give it the refund
+			// first, as the store did.
+			now := l.now()
+			ps.table.Refund(h, now, int64(d.Cost))
+			ps.table.Mirror(h, now, res.ResetAfter)
 		}
 	}
 	l.refunded.Inc()
