@@ -177,7 +177,8 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	wantKey := len(l.observers) > 0 || l.denied != nil
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var buf [maxAddrKeyLen]byte
-		d, ps, kb, ks := l.decide(r, buf[:0])
+		var d Decision
+		ps, kb, ks := l.decide(r, buf[:0], &d)
 		if wantKey {
 			d.Key = keyString(kb, ks)
 		}
@@ -186,17 +187,18 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ps.respond(w.Header(), d)
 		switch {
 		case d.Denied():
-			l.refuse(w, r, d)
+			l.refuse(w, r, ps, &d)
 		case l.refund != nil && d.Outcome == Allowed:
+			ps.respond(w.Header(), &d)
 			rw := &statusWriter{ResponseWriter: w}
 			next.ServeHTTP(rw, r)
 			if l.refund(rw.status()) {
-				l.refundCharge(context.WithoutCancel(r.Context()), ps, kb, ks, d)
+				l.refundCharge(context.WithoutCancel(r.Context()), ps, kb, ks, &d)
 			}
 		default:
+			ps.respond(w.Header(), &d)
 			next.ServeHTTP(w, r)
 		}
 	})
@@ -208,7 +210,8 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // the Decision is Denied.
 func (l *Limiter) Allow(r *http.Request) Decision {
 	var buf [maxAddrKeyLen]byte
-	d, _, kb, ks := l.decide(r, buf[:0])
+	var d Decision
+	_, kb, ks := l.decide(r, buf[:0], &d)
 	d.Key = keyString(kb, ks)
 	l.observe(r, d)
 	return d
@@ -229,7 +232,8 @@ func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decis
 	if key == "" {
 		key, err = UnkeyedKey, errors.Join(err, ErrEmptyKey)
 	}
-	d := l.charge(ctx, ps, nil, key, n, err)
+	var d Decision
+	l.charge(ctx, ps, nil, key, n, err, &d)
 	d.Key = key
 	l.observe(nil, d)
 	return d
@@ -252,7 +256,8 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 	} else if res, err = l.store.Peek(ctx, key, ps.Policy); err != nil {
 		return Decision{}, err
 	}
-	d := fromResult(ps, res)
+	var d Decision
+	d.set(ps, res)
 	d.Key = key
 	return d, nil
 }

@@ -375,3 +375,35 @@ func TestFailurePolicyAppliesToEveryPolicy(t *testing.T) {
 	assert.Empty(t, w.Header().Get("RateLimit"), "the quota is unknown")
 	assert.NotContains(t, w.Body.String(), "10.9.9.9")
 }
+
+// scriptedStore answers Take with the given results in order, then fails.
+type scriptedStore struct {
+	failingStore
+	answers []addrlimit.Result
+}
+
+func (s *scriptedStore) Take(_ context.Context, _ string, _ addrlimit.Policy, _ int) (addrlimit.Result, error) {
+	if len(s.answers) == 0 {
+		return addrlimit.Result{}, errRefused
+	}
+	res := s.answers[0]
+	s.answers = s.answers[1:]
+	return res, nil
+}
+
+func TestFailLocalKeepsTheLatestStateOfOutOfOrderAnswers(t *testing.T) {
+	// Two concurrent requests: the store answered the later one (bucket
+	// empty for 50 minutes) before the earlier one (one token left) reached
+	// this instance. The local copy must not become fuller.
+	st := &scriptedStore{answers: []addrlimit.Result{
+		{Allowed: true, Remaining: 0, RetryAfter: 10 * time.Minute, ResetAfter: 50 * time.Minute},
+		{Allowed: true, Remaining: 1, ResetAfter: 40 * time.Minute},
+	}}
+	lim := mustNew(t, 5, 50*time.Minute, addrlimit.WithStore(st)) // one token per 10 minutes
+	ctx := context.Background()
+	require.Equal(t, addrlimit.Allowed, lim.AllowKey(ctx, "", "k", 1).Outcome)
+	require.Equal(t, addrlimit.Allowed, lim.AllowKey(ctx, "", "k", 1).Outcome)
+	d := lim.AllowKey(ctx, "", "k", 1) // the store is down now
+	require.True(t, d.Degraded)
+	assert.Equal(t, addrlimit.Limited, d.Outcome, "the local bucket went back to the older, fuller answer")
+}

@@ -125,12 +125,18 @@ func TestRefundStatusOfEachWayOfWriting(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			lim := mustNew(t, 1, time.Hour, addrlimit.WithRefund(failedOnly))
-			srv := httptest.NewServer(lim.Handler(tc.handler))
+			done := make(chan struct{}, 1)
+			limited := lim.Handler(tc.handler)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				limited.ServeHTTP(w, r)
+				done <- struct{}{} // the refund, if any, has happened
+			}))
 			defer srv.Close()
 			resp, err := http.Get(srv.URL)
 			require.NoError(t, err)
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
+			<-done
 			s := lim.Stats()
 			assert.Equal(t, tc.refunded, s.Refunded == 1, "refunded: %d", s.Refunded)
 		})
@@ -155,7 +161,13 @@ func TestRefundKeepsStreamingAndHijackingWorking(t *testing.T) {
 		_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: test\r\nConnection: Upgrade\r\n\r\nhello")
 		_ = rw.Flush()
 	})
-	srv := httptest.NewServer(lim.Handler(mux))
+	// done is told when the limiter's handler, refund included, has returned.
+	done := make(chan struct{}, 2)
+	limited := lim.Handler(mux)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		limited.ServeHTTP(w, r)
+		done <- struct{}{}
+	}))
 	defer srv.Close()
 
 	resp, err := http.Get(srv.URL + "/stream")
@@ -175,6 +187,8 @@ func TestRefundKeepsStreamingAndHijackingWorking(t *testing.T) {
 	rest, _ := io.ReadAll(br)
 	assert.Equal(t, "hello", string(rest))
 
+	<-done
+	<-done
 	s := lim.Stats()
 	assert.Equal(t, uint64(2), s.Allowed)
 	assert.Equal(t, uint64(2), s.Refunded, "a stream (200) and an upgrade (101) are not failures")

@@ -1,6 +1,7 @@
 package benchmarks
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -119,11 +120,11 @@ func BenchmarkAllowed10k(b *testing.B) {
 
 // noHeaders is addrlimit with WithHeaders(HeaderNone) under Unlimited.
 func noHeaders() http.Handler {
-	lim, err := addrlimit.New(Unlimited.Limit, Unlimited.Per, addrlimit.WithBurst(Unlimited.Burst), addrlimit.WithHeaders(addrlimit.HeaderNone))
+	h, err := Handler(NoHeaders, Unlimited)
 	if err != nil {
 		panic(err)
 	}
-	return lim.Handler(OK)
+	return h
 }
 
 // BenchmarkAllowedParallel: 10,000 addresses from every core.
@@ -167,16 +168,63 @@ func BenchmarkDenied(b *testing.B) {
 	})
 }
 
-var million = func() []string {
-	a := make([]string, 1_000_000)
-	for i := range a {
-		a[i] = Addr(i)
+// Limits are the limits of the cliff target: the header values of any limit
+// cost the same.
+var Limits = []int{300, 5000, 1_000_000, 1_000_000_000}
+
+// BenchmarkAllowedLimits: one address, burst = limit, a token every 10 ns so
+// that the budget never runs out: every response reports a full bucket
+// (remaining = limit-1), the state of a client below its limit.
+func BenchmarkAllowedLimits(b *testing.B) {
+	for _, limit := range Limits {
+		p := Policy{Limit: limit, Per: time.Duration(limit) * 10 * time.Nanosecond, Burst: limit}
+		for _, lib := range []string{"addrlimit", NoHeaders} {
+			b.Run(fmt.Sprintf("limit=%d/lib=%s", limit, lib), func(b *testing.B) {
+				h, err := Handler(lib, p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				serial(b, h, []string{Addr(1)})
+			})
+		}
 	}
-	return a
-}()
+}
+
+// BenchmarkAllowedDraining: one address draining a bucket of 10^9 that
+// refills one token per second, so that every response reports a new
+// remaining count: after the first 128, values that no table holds, rendered
+// per response.
+func BenchmarkAllowedDraining(b *testing.B) {
+	const limit = 1_000_000_000
+	p := Policy{Limit: limit, Per: limit * time.Second, Burst: limit}
+	b.Run(fmt.Sprintf("limit=%d/lib=addrlimit", limit), func(b *testing.B) {
+		h, err := Handler("addrlimit", p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := NewWriter()
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = Addr(1)
+		b.ReportAllocs()
+		for b.Loop() {
+			clear(w.H)
+			h.ServeHTTP(w, r)
+		}
+		if w.Code != http.StatusOK || w.H.Get("RateLimit") == "" {
+			b.Fatalf("budget ran out: %d %v", w.Code, w.H)
+		}
+	})
+}
 
 // BenchmarkDistinctKeys1M: one million addresses cycled, table warmed first.
+// The addresses are built here, not at package init, so that the other
+// workloads do not run with their 40 MB live on the heap: it would make
+// every garbage collection cycle of theirs longer.
 func BenchmarkDistinctKeys1M(b *testing.B) {
+	million := make([]string, 1_000_000)
+	for i := range million {
+		million[i] = Addr(i)
+	}
 	each(b, Incident, func(b *testing.B, h http.Handler) {
 		w := NewWriter()
 		r := httptest.NewRequest("GET", "/", nil)

@@ -6,8 +6,10 @@
 package benchmarks
 
 import (
+	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -96,6 +98,46 @@ var Contenders = []Contender{
 		return h.RateLimit(OK), nil
 	}},
 	{"rate-map", func(p Policy) (http.Handler, error) { return newRateMap(p), nil }},
+}
+
+// Bare is the name of the handler without a limiter (OK itself), the
+// reference of the end-to-end runs.
+const Bare = "bare"
+
+// NoHeaders is the name of addrlimit with WithHeaders(HeaderNone).
+const NoHeaders = "addrlimit-noheaders"
+
+// Names returns every name Handler knows, in the order of the report: Bare,
+// then the Contenders with NoHeaders after addrlimit.
+func Names() []string {
+	names := []string{Bare}
+	for _, c := range Contenders {
+		names = append(names, c.Name)
+		if c.Name == "addrlimit" {
+			names = append(names, NoHeaders)
+		}
+	}
+	return names
+}
+
+// Handler returns the named contender (see Names) around OK under p.
+func Handler(name string, p Policy) (http.Handler, error) {
+	switch name {
+	case Bare:
+		return OK, nil
+	case NoHeaders:
+		lim, err := addrlimit.New(p.Limit, p.Per, addrlimit.WithBurst(p.Burst), addrlimit.WithHeaders(addrlimit.HeaderNone))
+		if err != nil {
+			return nil, err
+		}
+		return lim.Handler(OK), nil
+	}
+	for _, c := range Contenders {
+		if c.Name == name {
+			return c.New(p)
+		}
+	}
+	return nil, fmt.Errorf("unknown contender %q (known: %s)", name, strings.Join(Names(), ", "))
 }
 
 // httprateKey is httprate's former KeyByIP, spelled out as its deprecation

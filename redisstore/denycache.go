@@ -7,8 +7,8 @@ import (
 	"github.com/addrlimit/addrlimit"
 )
 
-// denyCache remembers keys that Redis reported limited, until the moment
-// Redis would allow them again. Its zero capacity (or a nil *denyCache)
+// denyCache remembers keys that Redis reported empty (less than one whole
+// token), until the moment Redis would have one token again. Its zero capacity (or a nil *denyCache)
 // disables it. It is bounded: when full, it first drops expired entries, and
 // if none expired it does not remember the new key (which only costs a round
 // trip). Safe for concurrent use.
@@ -25,7 +25,8 @@ type denyCache struct {
 const sweepEvery = time.Second
 
 type denial struct {
-	retryAt, resetAt time.Time // local clock
+	retryAt, resetAt time.Time // local clock; retryAt: one whole token
+	interval         time.Duration
 }
 
 func newDenyCache(max int) *denyCache {
@@ -35,8 +36,9 @@ func newDenyCache(max int) *denyCache {
 	return &denyCache{max: max, entries: make(map[string]denial)}
 }
 
-// lookup returns a denied Result for key if Redis said it is limited at now.
-func (c *denyCache) lookup(key string, now time.Time) (addrlimit.Result, bool) {
+// lookup returns the denied Result of a Take of n tokens for key if Redis
+// said it is empty at now.
+func (c *denyCache) lookup(key string, now time.Time, n int) (addrlimit.Result, bool) {
 	if c == nil {
 		return addrlimit.Result{}, false
 	}
@@ -50,12 +52,21 @@ func (c *denyCache) lookup(key string, now time.Time) (addrlimit.Result, bool) {
 		delete(c.entries, key)
 		return addrlimit.Result{}, false
 	}
-	return addrlimit.Result{RetryAfter: d.retryAt.Sub(now), ResetAfter: d.resetAt.Sub(now)}, true
+	return addrlimit.Result{
+		RetryAfter: d.retryAt.Sub(now) + time.Duration(n-1)*d.interval,
+		ResetAfter: d.resetAt.Sub(now),
+	}, true
 }
 
-// remember records that key is limited for res.RetryAfter from now.
-func (c *denyCache) remember(key string, now time.Time, res addrlimit.Result) {
-	if c == nil || res.RetryAfter <= 0 {
+// remember records key as empty if res, the answer to a Take of n tokens
+// under a refill interval, says so: until one whole token exists, which is
+// (n-1) intervals before res.RetryAfter.
+func (c *denyCache) remember(key string, now time.Time, res addrlimit.Result, n int, interval time.Duration) {
+	if c == nil || res.Allowed || res.Remaining > 0 {
+		return
+	}
+	retry := res.RetryAfter - time.Duration(n-1)*interval
+	if retry <= 0 {
 		return
 	}
 	c.mu.Lock()
@@ -74,7 +85,17 @@ func (c *denyCache) remember(key string, now time.Time, res addrlimit.Result) {
 			return
 		}
 	}
-	c.entries[key] = denial{retryAt: now.Add(res.RetryAfter), resetAt: now.Add(res.ResetAfter)}
+	c.entries[key] = denial{retryAt: now.Add(retry), resetAt: now.Add(res.ResetAfter), interval: interval}
+}
+
+// forget drops key: a Refund or Reset changed its bucket.
+func (c *denyCache) forget(key string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, key)
 }
 
 func (c *denyCache) len() int {

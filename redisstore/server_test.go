@@ -16,9 +16,11 @@ import (
 // redisServer is a redis-server process on a loopback port, started and
 // stopped by the tests themselves.
 type redisServer struct {
-	port int
-	dir  string
-	cmd  *exec.Cmd
+	port   int
+	dir    string
+	extra  []string // more redis-server arguments
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
 }
 
 const installHint = "redis-server not found: install it (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis)"
@@ -28,7 +30,14 @@ var (
 	redisMissing bool
 )
 
+// quiet drops go-redis's log lines ("connection refused" while the tests
+// keep Redis down on purpose).
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
 func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{})
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") == "true" {
 			fmt.Fprintln(os.Stderr, installHint+"; CI requires the real-Redis tests")
@@ -60,14 +69,26 @@ func needRedis(t testing.TB) {
 	}
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port that was free a moment ago, below 55536
+// and with port+10000 free too (a Cluster node's bus port).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if port >= 55536 {
+			l.Close()
+			continue
+		}
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		l.Close()
+		if err == nil {
+			bus.Close()
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func newRedisServer() (*redisServer, error) {
@@ -86,11 +107,19 @@ func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port)
 
 // start runs redis-server without persistence and waits until it answers.
 func (s *redisServer) start() error {
-	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no", "--loglevel", "warning")
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no", "--loglevel", "warning"}, s.extra...)
+	s.cmd = exec.Command("redis-server", args...)
+	dieWithTests(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
+	exited := make(chan struct{})
+	go func() {
+		_ = s.cmd.Wait()
+		close(exited)
+	}()
+	s.exited = exited
 	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -100,6 +129,11 @@ func (s *redisServer) start() error {
 		cancel()
 		if err == nil {
 			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("redis-server on %s exited: %w", s.addr(), err)
+		default:
 		}
 		if time.Now().After(deadline) {
 			s.stop()
@@ -113,7 +147,7 @@ func (s *redisServer) start() error {
 func (s *redisServer) stop() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
+		<-s.exited
 	}
 }
 
@@ -122,4 +156,29 @@ func (s *redisServer) client(t testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// startServer starts a private redis-server for one test, killed when the
+// test ends. A port taken between the choice and the start (by another
+// process, or as a Cluster bus port, port+10000) costs a retry on another.
+func startServer(t testing.TB, extra ...string) *redisServer {
+	t.Helper()
+	needRedis(t)
+	var err error
+	for range 3 {
+		var srv *redisServer
+		if srv, err = newRedisServer(); err != nil {
+			t.Fatal(err)
+		}
+		srv.extra = extra
+		t.Cleanup(func() {
+			srv.stop()
+			os.RemoveAll(srv.dir)
+		})
+		if err = srv.start(); err == nil {
+			return srv
+		}
+	}
+	t.Fatal(err)
+	return nil
 }

@@ -183,14 +183,24 @@ func (m *tableModel) do(kind int, h uint64, now, n int64, after time.Duration) {
 		m.tab.Reset(h, now)
 		delete(m.truth, h)
 	case opMirror:
+		exact := m.tab.holdsExactly(h)
 		m.tab.Mirror(h, now, after)
-		m.truth[h] = now + min(max(int64(after), 0), m.p.tau)
+		reported := now + min(max(int64(after), 0), m.p.tau)
+		// The store's word replaces an estimate; an exact state is replaced
+		// only by a later one (answers may arrive out of order).
+		if old := m.truth[h]; exact {
+			reported = max(reported, old)
+		}
+		m.truth[h] = reported
+		if got := m.tab.Peek(h, now); got.ResetAfter < m.p.Peek(reported, now).ResetAfter {
+			m.t.Fatalf("at %d: key %x fuller than the store reported: %+v", now, h, got)
+		}
 	}
 	got, want := m.tab.Peek(h, now), m.p.Peek(m.truth[h], now)
 	if got.Remaining > want.Remaining || got.ResetAfter < want.ResetAfter {
 		m.t.Fatalf("at %d: key %x fuller than its true state: table %+v, truth %+v", now, h, got, want)
 	}
-	if kind == opReset || kind == opMirror {
+	if kind == opReset {
 		// The caller's word is exact, sketch or not.
 		if got != want {
 			m.t.Fatalf("at %d: after set, table %+v, truth %+v", now, got, want)
@@ -238,4 +248,16 @@ func TestTableNeverFullerThanTruth(t *testing.T) {
 	st := m.tab.Stats()
 	require.Positive(t, st.Evictions)
 	t.Logf("%+v", st)
+}
+
+// holdsExactly reports whether the table keeps h in its exact table.
+func (t *Table) holdsExactly(h uint64) bool {
+	if h == 0 {
+		h = 1
+	}
+	s := t.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.ex.get(h)
+	return ok
 }

@@ -108,7 +108,7 @@ func (t *Table) shard(h uint64) *shard { return &t.shards[(h^h>>32)&t.mask] }
 // lock locks h's shard and records now for Stats. It returns h, or 1 for
 // h == 0, which marks empty slots (keys 0 and 1 share a bucket: a collision,
 // which limits more, never less).
-func (t *Table) lock(h uint64, now int64) (*shard, uint64) {
+func (t *Table) lock(h uint64, now int64) (*shard, uint64, int64) {
 	if h == 0 {
 		h = 1
 	}
@@ -117,7 +117,7 @@ func (t *Table) lock(h uint64, now int64) (*shard, uint64) {
 	if now > s.now {
 		s.now = now
 	}
-	return s, h
+	return s, h, s.now
 }
 
 // state returns h's exact state, or its estimate; ok says it is exact.
@@ -131,7 +131,7 @@ func (s *shard) state(t *Table, h uint64, now int64) (tat int64, ok bool) {
 // Take charges n tokens at now to the bucket of hash h (1 <= n <= Burst,
 // checked by the caller). A denied Take changes nothing.
 func (t *Table) Take(h uint64, now, n int64) Result {
-	s, h := t.lock(h, now)
+	s, h, now := t.lock(h, now)
 	i, ok := s.ex.find(h)
 	var tat int64
 	if ok {
@@ -157,7 +157,7 @@ func (t *Table) Take(h uint64, now, n int64) Result {
 // Refund gives n tokens back at now to the bucket of hash h, never above
 // full (1 <= n <= Burst, checked by the caller).
 func (t *Table) Refund(h uint64, now, n int64) Result {
-	s, h := t.lock(h, now)
+	s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
 	tat, ok := s.state(t, h, now)
 	tat, res := t.policy.Refund(tat, now, n)
@@ -167,7 +167,7 @@ func (t *Table) Refund(h uint64, now, n int64) Result {
 
 // Peek reports the bucket of hash h at now without changing it.
 func (t *Table) Peek(h uint64, now int64) Result {
-	s, h := t.lock(h, now)
+	s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
 	tat, _ := s.state(t, h, now)
 	return t.policy.Peek(tat, now)
@@ -176,20 +176,27 @@ func (t *Table) Peek(h uint64, now int64) Result {
 // Reset makes the bucket of hash h full at now, even if the approximate
 // memory would limit h: the full bucket is then kept exactly.
 func (t *Table) Reset(h uint64, now int64) {
-	s, h := t.lock(h, now)
+	s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
 	_, ok := s.ex.get(h)
 	s.set(t, h, now, now, ok)
 }
 
-// Mirror sets the bucket of hash h to the state a remote store reported at
-// now: full again after resetAfter, clamped to [0, Burst*Interval]. The
-// state is kept exactly, whatever the approximate memory says.
+// Mirror records the state a remote store reported at now for the bucket of
+// hash h: full again after resetAfter, clamped to [0, Burst*Interval]. Of
+// the state already held and the reported one, the later (emptier) is kept,
+// so answers that arrive out of order never make the copy fuller. The state
+// is kept exactly, whatever the approximate memory says.
 func (t *Table) Mirror(h uint64, now int64, resetAfter time.Duration) {
-	s, h := t.lock(h, now)
+	s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
-	_, ok := s.ex.get(h)
-	s.set(t, h, now+min(max(int64(resetAfter), 0), t.policy.tau), now, ok)
+	tat := now + min(max(int64(resetAfter), 0), t.policy.tau)
+	old, ok := s.ex.get(h)
+	// Answers of concurrent requests may arrive out of order: keep the
+	// latest state any of them reported, so an older, fuller answer never
+	// undoes a newer one. (After a remote refund this keeps the local copy
+	// stricter than the store until the next charge: the safe direction.)
+	s.set(t, h, max(tat, old), now, ok)
 }
 
 // estimate returns the state of a key that is not in the exact table: full

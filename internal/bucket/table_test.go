@@ -307,19 +307,24 @@ func TestMirror(t *testing.T) {
 
 	tab.Mirror(h, 0, 3*time.Second)
 	assert.Equal(t, Result{Allowed: true, Remaining: 2, ResetAfter: 3 * time.Second}, tab.Peek(h, 0))
+	tab.Mirror(h, 0, time.Second) // an older, fuller answer arriving late
+	assert.Equal(t, 3*time.Second, tab.Peek(h, 0).ResetAfter, "an out-of-order answer made the copy fuller")
 	tab.Mirror(h, 0, time.Hour) // clamped to an empty bucket
 	assert.Equal(t, 5*time.Second, tab.Peek(h, 0).ResetAfter)
-	tab.Mirror(h, 0, -time.Second) // full
-	assert.Equal(t, 5, tab.Peek(h, 0).Remaining)
+	tab.Reset(h, 0)
+	f := rng.Uint64()
+	tab.Mirror(f, 0, -time.Second) // full
+	assert.Equal(t, 5, tab.Peek(f, 0).Remaining)
 	assert.Zero(t, tab.Stats().Keys, "a full mirrored bucket was kept")
 
-	// The remote store's word wins over the sketch, both ways.
+	// The remote store's word wins over the sketch's estimate; once held
+	// exactly, the later state is kept.
 	g := rng.Uint64()
 	evictIntoSketch(t, tab, rng, g, 0)
 	tab.Mirror(g, 0, time.Second)
 	assert.Equal(t, 4, tab.Peek(g, 0).Remaining)
 	tab.Mirror(g, 0, 0)
-	assert.Equal(t, 5, tab.Peek(g, 0).Remaining)
+	assert.Equal(t, 4, tab.Peek(g, 0).Remaining)
 }
 
 func TestStats(t *testing.T) {

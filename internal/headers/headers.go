@@ -1,48 +1,17 @@
 // Package headers renders addrlimit's response header fields. Everything that
-// does not depend on the request is rendered once per limiter, and the value
-// slices come from a small arena, so that setting the quota fields of an
-// allowed request usually allocates nothing.
+// does not depend on the request is rendered once per policy; what does (the
+// remaining quota, the waits) comes from tables for small values and is
+// rendered into arena memory for the others, so that setting the fields of a
+// response allocates nothing on its own, whatever the limit.
 package headers
 
 import (
+	"fmt"
+	"math/bits"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 )
-
-// arena hands out value slots for header maps. Each slot belongs to exactly
-// one response: no two responses ever share a mutable []string element, so a
-// handler that edits its own header values in place cannot affect another
-// response. Slots are carved from chunks, one allocation per chunkSlots
-// values instead of one per response. Chunks circulate through a sync.Pool,
-// which hands a chunk to one goroutine at a time and keeps chunks local to a
-// processor, so concurrent requests neither contend nor share cache lines. A
-// used-up chunk is dropped and freed by the garbage collector once no
-// response refers to it. Safe for concurrent use; the zero value is ready.
-type arena struct {
-	pool sync.Pool // of *chunk
-}
-
-const chunkSlots = 128
-
-type chunk struct {
-	vals [chunkSlots]string
-	used int // owned by whoever holds the chunk
-}
-
-// take returns n fresh, zeroed slots (n <= chunkSlots).
-func (a *arena) take(n int) []string {
-	c, _ := a.pool.Get().(*chunk)
-	if c == nil || c.used+n > chunkSlots {
-		c = new(chunk)
-	}
-	v := c.vals[c.used : c.used+n : c.used+n]
-	if c.used += n; c.used < chunkSlots {
-		a.pool.Put(c)
-	}
-	return v
-}
 
 // Style selects the quota header fields.
 type Style uint8
@@ -59,18 +28,31 @@ const (
 
 // Canonical field names, so that http.Header needs no canonicalisation.
 const (
-	fieldPolicy     = "Ratelimit-Policy"
-	fieldRateLimit  = "Ratelimit"
-	fieldXLimit     = "X-Ratelimit-Limit"
-	fieldXRemaining = "X-Ratelimit-Remaining"
-	fieldXReset     = "X-Ratelimit-Reset"
-	fieldRetryAfter = "Retry-After"
-	fieldCache      = "Cache-Control"
+	fieldPolicy      = "Ratelimit-Policy"
+	fieldRateLimit   = "Ratelimit"
+	fieldXLimit      = "X-Ratelimit-Limit"
+	fieldXRemaining  = "X-Ratelimit-Remaining"
+	fieldXReset      = "X-Ratelimit-Reset"
+	fieldRetryAfter  = "Retry-After"
+	fieldCache       = "Cache-Control"
+	fieldType        = "Content-Type"
+	fieldTypeOptions = "X-Content-Type-Options"
+	fieldLength      = "Content-Length"
 )
 
-// precomputed bounds the tables of pre-rendered values per limiter.
+// Constant values, the same as http.Error's.
+const (
+	noStore   = "no-store"
+	plainText = "text/plain; charset=utf-8"
+	noSniff   = "nosniff"
+)
+
+// precomputed bounds the tables of pre-rendered values per Writer. Larger
+// values are rendered per response into arena memory: a little slower than a
+// table, still without an allocation of their own.
 const precomputed = 1024
 
+// smallInts holds the decimal forms of 0..precomputed, shared by all Writers.
 var smallInts = func() []string {
 	s := make([]string, precomputed+1)
 	for i := range s {
@@ -79,19 +61,15 @@ var smallInts = func() []string {
 	return s
 }()
 
-func itoa(n int) string {
-	if n >= 0 && n < len(smallInts) {
-		return smallInts[n]
-	}
-	return strconv.Itoa(n)
-}
+// maxNameLen bounds policy names, as the root package does.
+const maxNameLen = 64
 
 // Seconds rounds d up to whole seconds.
 func Seconds(d time.Duration) int {
 	if d <= 0 {
 		return 0
 	}
-	return int((d + time.Second - 1) / time.Second)
+	return int((d-1)/time.Second) + 1
 }
 
 // State is what the fields report about one decision.
@@ -102,45 +80,129 @@ type State struct {
 	Denied     bool          // adds Retry-After and Cache-Control: no-store
 }
 
-// Writer sets the fields of one limiter. It is immutable and safe for
-// concurrent use.
+// Writer sets the fields of one policy. It is immutable after New and safe
+// for concurrent use.
+//
+// Values come from tables where they can: remaining counts up to
+// precomputed, the topRendered counts just below the burst (what a client
+// whose bucket is full or nearly full sees: in practice, most clients), waits
+// up to precomputed seconds. Other values are rendered into arena memory.
 type Writer struct {
-	style    Style
-	policy   string   // RateLimit-Policy value
-	limit    string   // X-RateLimit-Limit value
-	byRemain []string // RateLimit values for r = index, t = 0
-	byWait   []string // RateLimit values for r = 0, t = index
-	item     string   // the policy name as a structured-field string: "name"
-	arena    arena
+	style   Style
+	policy  string   // RateLimit-Policy value
+	prefix  string   // RateLimit value up to r's digits: "name";r=
+	limit   string   // X-RateLimit-Limit value
+	low     []string // for remaining = index, wait 0: the RateLimit value (Draft) or the decimal (XRateLimit)
+	top     []string // the same for remaining = topFrom+index
+	topFrom int
+	byWait  []string // RateLimit values for remaining 0, wait = index
+	arena   arena
 }
 
-// New pre-renders the fields of the policy called name (A-Z a-z 0-9 . _ -,
-// which a structured-field string holds without escaping) for a bucket of
-// capacity burst refilled one token per interval.
+// topRendered is how many remaining counts just below the burst (burst
+// included) each Writer pre-renders.
+const topRendered = 128
+
+// New pre-renders the fields of the policy called name: a bucket of
+// capacity burst refilled one token per interval. The caller validates the
+// policy: name is 1 to 64 bytes of A-Z a-z 0-9 . _ - (so it needs no
+// escaping in a structured-field string), burst >= 1 and interval > 0. New
+// panics otherwise; addrlimit.New never lets such a policy through, so the
+// panic can only mean a bug in the caller, and it happens at construction,
+// never while serving.
 func New(style Style, name string, burst int, interval time.Duration) *Writer {
-	w := &Writer{style: style, limit: itoa(burst), item: `"` + name + `"`}
-	if style != Draft {
+	if !validName(name) {
+		panic(fmt.Sprintf("headers: invalid policy name %q", name))
+	}
+	if burst < 1 || interval <= 0 {
+		panic(fmt.Sprintf("headers: invalid policy %d per %v", burst, interval))
+	}
+	w := &Writer{style: style, limit: strconv.Itoa(burst)}
+	w.topFrom = max(burst-topRendered+1, precomputed+1)
+	var render func(r int) string
+	switch style {
+	case Draft:
+		w.policy = `"` + name + `";q=` + w.limit + ";w=" + strconv.Itoa(window(burst, interval))
+		w.prefix = `"` + name + `";r=`
+		render = func(r int) string { return w.prefix + strconv.Itoa(r) + ";t=0" }
+		w.byWait = make([]string, min(Seconds(interval), precomputed)+1)
+		for t := range w.byWait {
+			w.byWait[t] = w.prefix + "0;t=" + strconv.Itoa(t)
+		}
+	case XRateLimit:
+		render = strconv.Itoa
+	default:
 		return w
 	}
-	window := max(Seconds(time.Duration(burst)*interval), 1)
-	w.policy = w.item + ";q=" + itoa(burst) + ";w=" + itoa(window)
-	w.byRemain = make([]string, min(burst, precomputed)+1)
-	for r := range w.byRemain {
-		w.byRemain[r] = w.renderRateLimit(r, 0)
+	if style == XRateLimit {
+		w.low = smallInts[:min(burst, precomputed)+1]
+	} else {
+		w.low = make([]string, min(burst, precomputed)+1)
+		for r := range w.low {
+			w.low[r] = render(r)
+		}
 	}
-	w.byWait = make([]string, min(Seconds(interval), precomputed)+1)
-	for t := range w.byWait {
-		w.byWait[t] = w.renderRateLimit(0, t)
+	for r := w.topFrom; r <= burst; r++ {
+		w.top = append(w.top, render(r))
 	}
 	return w
 }
 
-func (w *Writer) renderRateLimit(r, t int) string {
-	return w.item + ";r=" + strconv.Itoa(r) + ";t=" + strconv.Itoa(t)
+// remaining returns the pre-rendered value for r remaining and no wait, if
+// there is one.
+func (w *Writer) remaining(r int) (string, bool) {
+	if r < len(w.low) {
+		return w.low[r], true
+	}
+	if i := r - w.topFrom; i >= 0 && i < len(w.top) {
+		return w.top[i], true
+	}
+	return "", false
+}
+
+// window is the draft's w parameter: the whole seconds a full bucket takes
+// to refill, rounded up, at least 1; 2^62 if that does not fit.
+func window(burst int, interval time.Duration) int {
+	hi, lo := bits.Mul64(uint64(burst), uint64(interval))
+	if hi >= uint64(time.Second) {
+		return 1 << 62
+	}
+	secs, rem := bits.Div64(hi, lo, uint64(time.Second))
+	if rem != 0 {
+		secs++
+	}
+	return int(min(max(secs, 1), 1<<62))
+}
+
+func validName(name string) bool {
+	if name == "" || len(name) > maxNameLen {
+		return false
+	}
+	for i := range len(name) {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Write sets the fields for s on h, replacing earlier values.
 func (w *Writer) Write(h http.Header, s State) {
+	w.write(h, s, 0)
+}
+
+// WriteDenied is Write for a denied response that gets the default refusal
+// body (Limiter without WithDeniedHandler): it also sets the fields of
+// WriteRefusal, from one arena reservation, and returns the body to write
+// after WriteHeader(status). s.Denied should be set.
+func (w *Writer) WriteDenied(h http.Header, s State, status int) []byte {
+	return w.write(h, s, status)
+}
+
+// write sets the fields of s and, when status is not zero, those of a
+// refusal with that status, whose body it returns.
+func (w *Writer) write(h http.Header, s State, status int) []byte {
 	n := 0
 	switch w.style {
 	case Draft:
@@ -151,50 +213,120 @@ func (w *Writer) Write(h http.Header, s State) {
 	if s.Denied {
 		n += 2
 	}
+	if status != 0 {
+		n += 2
+	}
 	if n == 0 {
-		return
+		return nil
 	}
-	vals := w.arena.take(n)
-	i := 0
-	set := func(name, v string) {
-		vals[i] = v
-		h[name] = vals[i : i+1 : i+1]
-		i++
+	if status != 0 {
+		dropLength(h)
 	}
+	c := w.arena.get(n)
+	remaining := max(s.Remaining, 0)
 	wait := 0
-	if s.Remaining == 0 {
+	if remaining == 0 {
 		wait = max(Seconds(s.RetryAfter), 1)
 	}
 	switch w.style {
 	case Draft:
-		set(fieldPolicy, w.policy)
-		set(fieldRateLimit, w.rateLimit(s.Remaining, wait))
+		c.set(h, fieldPolicy, w.policy)
+		c.set(h, fieldRateLimit, w.rateLimit(c, remaining, wait))
 	case XRateLimit:
-		set(fieldXLimit, w.limit)
-		set(fieldXRemaining, itoa(s.Remaining))
-		set(fieldXReset, itoa(Seconds(s.ResetAfter)))
+		c.set(h, fieldXLimit, w.limit)
+		v, ok := w.remaining(remaining)
+		if !ok {
+			v = c.itoa(remaining)
+		}
+		c.set(h, fieldXRemaining, v)
+		c.set(h, fieldXReset, c.itoa(Seconds(s.ResetAfter)))
 	}
 	if s.Denied {
-		set(fieldRetryAfter, itoa(max(Seconds(s.RetryAfter), 1)))
-		set(fieldCache, "no-store")
+		c.set(h, fieldRetryAfter, c.itoa(max(Seconds(s.RetryAfter), 1)))
+		c.set(h, fieldCache, noStore)
 	}
+	var body []byte
+	if status != 0 {
+		body = refusal(h, c, status)
+	}
+	w.arena.put(c)
+	return body
 }
 
-func (w *Writer) rateLimit(r, t int) string {
-	if t == 0 && r < len(w.byRemain) {
-		return w.byRemain[r]
+// rateLimit returns the RateLimit value for r and t.
+func (w *Writer) rateLimit(c *chunk, r, t int) string {
+	if t == 0 {
+		if v, ok := w.remaining(r); ok {
+			return v
+		}
 	}
 	if r == 0 && t < len(w.byWait) {
 		return w.byWait[t]
 	}
-	return w.renderRateLimit(r, t)
+	return c.rateLimit(w.prefix, r, t)
 }
 
 // WriteUnavailable sets the fields of a 503 sent because the store failed:
 // no quota (it is unknown), Retry-After: 1 and Cache-Control: no-store.
 func (w *Writer) WriteUnavailable(h http.Header) {
-	vals := w.arena.take(2)
-	vals[0], vals[1] = "1", "no-store"
-	h[fieldRetryAfter] = vals[0:1:1]
-	h[fieldCache] = vals[1:2:2]
+	c := w.arena.get(2)
+	c.set(h, fieldRetryAfter, "1")
+	c.set(h, fieldCache, noStore)
+	w.arena.put(c)
+}
+
+// WriteRefusal prepares h for the default refusal body, as http.Error does:
+// Content-Type text/plain, X-Content-Type-Options: nosniff, no
+// Content-Length. It returns the body to write after WriteHeader(status):
+// the lower-case status text and a newline ("too many requests\n"). The
+// body is shared by all responses: Write must not modify it (the io.Writer
+// contract). Use WriteDenied instead when the quota fields are set too.
+func (w *Writer) WriteRefusal(h http.Header, status int) []byte {
+	dropLength(h)
+	c := w.arena.get(2)
+	body := refusal(h, c, status)
+	w.arena.put(c)
+	return body
+}
+
+// dropLength deletes a Content-Length that a handler may have set, as
+// http.Error does. Call it before setting fields: on a map that is still
+// empty, the usual case, it costs nothing.
+func dropLength(h http.Header) {
+	if len(h) > 0 {
+		delete(h, fieldLength)
+	}
+}
+
+func refusal(h http.Header, c *chunk, status int) []byte {
+	c.set(h, fieldType, plainText)
+	c.set(h, fieldTypeOptions, noSniff)
+	return Body(status)
+}
+
+var (
+	bodyTooMany     = []byte("too many requests\n")
+	bodyUnavailable = []byte("service unavailable\n")
+)
+
+// Body returns the default refusal body for status: its lower-case status
+// text and a newline. Do not modify it: 429 and 503 share one slice each.
+func Body(status int) []byte {
+	switch status {
+	case http.StatusTooManyRequests:
+		return bodyTooMany
+	case http.StatusServiceUnavailable:
+		return bodyUnavailable
+	}
+	text := http.StatusText(status)
+	if text == "" {
+		text = "status " + strconv.Itoa(status)
+	}
+	b := []byte(text + "\n")
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return b
 }

@@ -77,16 +77,8 @@ func runRetained(lib string, keys int) error {
 		fallthrough
 	default:
 		var err error
-		for _, c := range benchmarks.Contenders {
-			if c.Name == lib {
-				h, err = c.New(p)
-			}
-		}
-		if err != nil {
+		if h, err = benchmarks.Handler(lib, p); err != nil {
 			return err
-		}
-		if h == nil {
-			return fmt.Errorf("unknown contender %q", lib)
 		}
 	}
 	before := heap()

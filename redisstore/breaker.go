@@ -1,0 +1,110 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrCircuitOpen is the error of every call made while the circuit breaker
+// of the Redis node it needs is open: after consecutive failures the store
+// stops asking that node and fails at once, so the Limiter's failure policy
+// decides without waiting for a timeout. Test for it with errors.Is; the
+// error returned also wraps the failure that opened the circuit.
+var ErrCircuitOpen = errors.New("redisstore: circuit open, Redis not asked")
+
+// Breaker defaults.
+const (
+	DefaultBreakerFailures = 3
+	DefaultProbeEvery      = 500 * time.Millisecond
+	// A prober that nobody has needed for this long stops and closes its
+	// circuit (a node that left the cluster, an instance gone idle): the next
+	// call asks Redis again and reopens it if Redis is still down.
+	probeIdle = time.Minute
+)
+
+// A breaker guards one Redis node. Closed, calls go to Redis and count
+// consecutive outage failures; at the threshold it opens and starts one
+// prober goroutine, which pings the node every probeEvery and closes the
+// circuit (and exits) at the first answer. Open, calls fail at once with
+// the error in open. No goroutine runs while the circuit is closed.
+type breaker struct {
+	threshold  int32
+	probeEvery time.Duration
+	timeout    time.Duration
+	ping       func(ctx context.Context) error
+
+	failures atomic.Int32
+	open     atomic.Pointer[error] // nil while closed
+	probing  atomic.Bool           // the prober goroutine runs
+	lastUsed atomic.Int64          // unix ns of the last call refused while open
+}
+
+// check returns the open circuit's error, or nil when calls may go to Redis.
+func (b *breaker) check() error {
+	e := b.open.Load()
+	if e == nil {
+		return nil
+	}
+	b.lastUsed.Store(time.Now().UnixNano())
+	return *e
+}
+
+// record counts the outcome of one call that reached for Redis. parent is
+// the caller's context: a call its caller gave up on says nothing about
+// Redis.
+func (b *breaker) record(parent context.Context, err error) {
+	switch {
+	case err == nil:
+		if b.failures.Load() != 0 {
+			b.failures.Store(0)
+		}
+	case parent.Err() != nil || !isOutage(err):
+	case b.failures.Add(1) >= b.threshold:
+		e := fmt.Errorf("%w (after %d consecutive failures, the last: %w)", ErrCircuitOpen, b.threshold, err)
+		if b.open.CompareAndSwap(nil, &e) {
+			b.lastUsed.Store(time.Now().UnixNano())
+			b.probing.Store(true)
+			go b.probe()
+		}
+	}
+}
+
+// probe pings the node until it answers, then closes the circuit.
+func (b *breaker) probe() {
+	t := time.NewTicker(b.probeEvery)
+	defer t.Stop()
+	for now := range t.C {
+		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		err := b.ping(ctx)
+		cancel()
+		if err == nil || now.Sub(time.Unix(0, b.lastUsed.Load())) > probeIdle {
+			// In this order: the circuit can open again (and start a new
+			// prober) only once this one no longer counts as running.
+			b.probing.Store(false)
+			b.failures.Store(0)
+			b.open.Store(nil)
+			return
+		}
+	}
+}
+
+// isOutage reports whether err means Redis (or the way to it) is down, as
+// opposed to an answer about this one call.
+func isOutage(err error) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return true // network error, timeout, closed pool
+	}
+	for _, p := range []string{"CLUSTERDOWN", "LOADING", "MASTERDOWN", "BUSY", "TRYAGAIN"} {
+		if strings.HasPrefix(reply.Error(), p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,116 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/redisstore"
+)
+
+// waitNotProbing waits until s's prober goroutine has exited (a state, not
+// a duration).
+func waitNotProbing(t *testing.T, s *redisstore.Store) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Probing() {
+		if time.Now().After(deadline) {
+			t.Fatal("the prober still runs 10 s after the circuit closed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Redis killed: the first three calls fail with the network error, then the
+// circuit is open: calls fail at once, without reaching for Redis, with an
+// error that is ErrCircuitOpen and wraps the cause. One goroutine probes;
+// once Redis is back the circuit closes and the goroutine exits.
+func TestBreakerOpensAndCloses(t *testing.T) {
+	srv := startServer(t)
+	c := srv.client(t)
+	var calls counter
+	c.AddHook(&calls)
+	s := newStore(t, c, redisstore.WithTimeout(500*time.Millisecond), redisstore.WithBreaker(3, 20*time.Millisecond))
+	p := addrlimit.Policy{Name: "default", Burst: 10, Interval: time.Hour}
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "k", p, 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.Probing() {
+		t.Fatal("a prober runs while Redis is healthy")
+	}
+	srv.stop()
+	for i := range 3 {
+		if _, err := s.Take(ctx, "k", p, 1); err == nil || errors.Is(err, redisstore.ErrCircuitOpen) {
+			t.Fatalf("failure %d: %v, want the network error", i+1, err)
+		}
+	}
+	sent := calls.n.Load()
+	for range 100 {
+		_, err := s.Take(ctx, "k", p, 1)
+		if !errors.Is(err, redisstore.ErrCircuitOpen) || !strings.Contains(err.Error(), "the last: ") {
+			t.Fatalf("error %v, want ErrCircuitOpen wrapping the last failure", err)
+		}
+	}
+	for _, f := range []func() error{
+		func() error { _, err := s.Refund(ctx, "k", p, 1); return err },
+		func() error { _, err := s.Peek(ctx, "k", p); return err },
+		func() error { return s.Reset(ctx, "k", p) },
+	} {
+		if err := f(); !errors.Is(err, redisstore.ErrCircuitOpen) {
+			t.Fatalf("Refund/Peek/Reset with the circuit open: %v", err)
+		}
+	}
+	if n := calls.n.Load() - sent; n != 0 {
+		t.Fatalf("%d script calls sent while the circuit was open", n)
+	}
+	if !s.Probing() {
+		t.Fatal("no prober with the circuit open")
+	}
+	if err := srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, s)
+	if res, err := s.Take(ctx, "k", p, 1); err != nil || !res.Allowed {
+		t.Fatalf("after recovery: %+v %v", res, err)
+	}
+	waitNotProbing(t, s)
+}
+
+// A caller that gives up (its context ends) says nothing about Redis, and
+// neither does an error reply about the call itself.
+func TestBreakerIgnoresCallerCancellations(t *testing.T) {
+	srv := startServer(t)
+	c := srv.client(t)
+	s := newStore(t, c, redisstore.WithBreaker(1, time.Hour))
+	p := addrlimit.Policy{Name: "default", Burst: 10, Interval: time.Hour}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Take(ctx, "k", p, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled call: %v", err)
+	}
+	// The caller's deadline ends the call while Redis is paused.
+	if err := srv.client(t).Do(context.Background(), "CLIENT", "PAUSE", 300, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if _, err := s.Take(short, "k", p, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("call past the caller's deadline: %v", err)
+	}
+	// A key that holds something else: WRONGTYPE, an answer from Redis.
+	if err := c.LPush(context.Background(), s.RedisKey("list", p), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := s.Take(context.Background(), "list", p, 1); err == nil || errors.Is(err, redisstore.ErrCircuitOpen) {
+			t.Fatalf("Take of a list: %v, want Redis's error", err)
+		}
+	}
+	if res, err := s.Take(context.Background(), "k", p, 1); err != nil || !res.Allowed {
+		t.Fatalf("after cancellations and error replies: %+v %v; the circuit must stay closed", res, err)
+	}
+}
