@@ -42,6 +42,7 @@ func (r *reference) nearInteger(x float64) bool {
 // x/time/rate has no way to add tokens, so this is how the reference models a
 // refund, and how it probes a reservation without disturbing r.lim.
 func (r *reference) limiterAt(at time.Time, tokens float64) *rate.Limiter {
+	tokens = max(tokens, 0) // x/time/rate's float arithmetic can leave -0.000000000
 	whole := math.Floor(tokens)
 	frac := time.Duration(math.Round((tokens - whole) * float64(r.p.Interval())))
 	lim := rate.NewLimiter(r.lim.Limit(), r.lim.Burst())
