@@ -31,7 +31,7 @@ func Example() {
 	lim, err := addrlimit.New(300, time.Minute,
 		addrlimit.WithStore(store),
 		addrlimit.WithStoreFailure(addrlimit.FailLocal), // the default, spelled out
-		addrlimit.WithExempt(tok.Match),                 // exempt requests never reach Redis
+		addrlimit.WithInternalToken(tok),                // exempt requests never reach Redis
 	)
 	if err != nil {
 		log.Fatal(err)

@@ -6,7 +6,7 @@
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379", ContextTimeoutEnabled: true})
 //	store, err := redisstore.New(rdb)
-//	lim, err := addrlimit.New(300, time.Minute, addrlimit.WithStore(store), addrlimit.WithExempt(tok.Match))
+//	lim, err := addrlimit.New(300, time.Minute, addrlimit.WithStore(store), addrlimit.WithInternalToken(tok))
 //
 // # Decisions
 //
