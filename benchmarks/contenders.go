@@ -107,10 +107,24 @@ const Bare = "bare"
 // NoHeaders is the name of addrlimit with WithHeaders(HeaderNone).
 const NoHeaders = "addrlimit-noheaders"
 
+// HeadersOnly is the name of the floor of the end-to-end runs: no limiter,
+// but the handler's response carries the two draft quota fields addrlimit
+// sends (fixed values of the same length), so that the runs show what
+// sending those bytes costs by itself.
+const HeadersOnly = "headers-only"
+
+// headersOnly sets the two fields, then serves OK.
+var headersOnly = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h["Ratelimit-Policy"] = []string{`"default";q=1000000;w=1`}
+	h["Ratelimit"] = []string{`"default";r=1000000;t=0`}
+	OK.ServeHTTP(w, r)
+})
+
 // Names returns every name Handler knows, in the order of the report: Bare,
-// then the Contenders with NoHeaders after addrlimit.
+// HeadersOnly, then the Contenders with NoHeaders after addrlimit.
 func Names() []string {
-	names := []string{Bare}
+	names := []string{Bare, HeadersOnly}
 	for _, c := range Contenders {
 		names = append(names, c.Name)
 		if c.Name == "addrlimit" {
@@ -125,6 +139,8 @@ func Handler(name string, p Policy) (http.Handler, error) {
 	switch name {
 	case Bare:
 		return OK, nil
+	case HeadersOnly:
+		return headersOnly, nil
 	case NoHeaders:
 		lim, err := addrlimit.New(p.Limit, p.Per, addrlimit.WithBurst(p.Burst), addrlimit.WithHeaders(addrlimit.HeaderNone))
 		if err != nil {
