@@ -71,16 +71,13 @@ func (l *Limiter) policyAndKey(r *http.Request, buf []byte) (ps *policyState, kb
 	ps = l.policies[0]
 	if l.selector != nil {
 		name, key, selErr := l.selector(r)
-		switch {
-		case selErr != nil:
-			err = selErr
-		case name != "":
-			if named, lookupErr := l.lookupPolicy(name); lookupErr != nil {
-				err = lookupErr
-			} else if ps = named; key != "" {
-				return ps, nil, key, nil
-			}
+		if selErr == nil {
+			ps, selErr = l.lookupPolicy(name) // "" is the default policy
 		}
+		if selErr == nil && key != "" {
+			return ps, nil, key, nil
+		}
+		err = selErr
 	}
 	kb, ks, keyErr := l.requestKey(r, buf)
 	if err == nil {

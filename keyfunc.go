@@ -17,7 +17,9 @@ import (
 // does this when a proxy header is malformed. Error texts never reach the
 // client.
 //
-// A KeyFunc is called concurrently and must be safe for that.
+// A KeyFunc is called concurrently and must be safe for that. Its keys share
+// one namespace per policy with address keys and UnkeyedKey (see
+// PolicySelector): prefix keys that are not addresses ("user:"+id).
 type KeyFunc func(*http.Request) (string, error)
 
 // UnkeyedKey is the key of the one bucket shared by all requests whose key

@@ -227,6 +227,10 @@ func (l *Limiter) Allow(r *http.Request) Decision {
 // default one (ErrUnknownPolicy), an empty key to UnkeyedKey (ErrEmptyKey),
 // n < 1 as 1 (ErrInvalidCost); n above the burst is refused and charges
 // nothing (ErrCostOverBurst). Decision.Err says which.
+//
+// key shares one namespace per policy with the keys of requests (see
+// PolicySelector): AllowKey(ctx, "", AddrKey(a), 1) charges the bucket of
+// the client at address a. Prefix keys of other kinds ("tenant:"+id).
 func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decision {
 	ps, err := l.lookupPolicy(policy)
 	if key == "" {

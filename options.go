@@ -80,14 +80,21 @@ func WithPolicy(name string, limit int, per time.Duration) Option {
 
 // A PolicySelector picks, for one request, the name of the policy that
 // limits it and the key of its bucket under that policy: for example the
-// partner or plan that a verified credential identifies. It returns "" as the
-// policy for requests that the default policy limits with the Limiter's
-// KeyFunc, and may return "" as the key to use the KeyFunc's key under a
-// named policy.
+// partner or plan that a verified credential identifies. A policy of ""
+// means the default policy; a key of "" means the KeyFunc's key (by default
+// the client address). So ("", "", nil) leaves the request to the default
+// policy and the KeyFunc.
 //
 // Select only by something a client cannot forge: a credential you have
 // verified. A key taken from an unverified header hands an attacker a fresh
 // bucket per value it invents.
+//
+// Keys are one namespace per policy: address keys (AddrKey), UnkeyedKey,
+// and the keys of selectors, KeyFuncs and AllowKey all meet in it (which is
+// what lets AllowKey, Peek and Reset reach a client's bucket by its
+// address). Give identity keys a prefix no address has, such as
+// "user:"+id: a user named "192.0.2.9" under the same policy would
+// otherwise spend the bucket of the client at that address.
 //
 // An unknown policy name or an error never skips the limit: the request is
 // charged to the default policy under the KeyFunc's key, and Decision.Err
@@ -131,8 +138,8 @@ func WithCost(f func(r *http.Request) int) Option {
 // The request is charged before the handler runs, as usual, so concurrent
 // requests can never exceed the budget; the refund follows when the handler
 // returns, and never fills a bucket above its burst. The status is the first
-// one written (200 if the handler wrote nothing, 101 for a hijacked
-// connection); a handler that panics is not refunded. The ResponseWriter the
+// final one written (200 if the handler wrote nothing, 101 for a connection
+// hijacked before any status); a handler that panics is not refunded. The ResponseWriter the
 // handler gets keeps http.Flusher, http.Hijacker and io.ReaderFrom working
 // and supports http.ResponseController through Unwrap. Allow and AllowKey
 // never refund.

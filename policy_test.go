@@ -106,3 +106,18 @@ func TestNamedPolicyWithoutKeyUsesTheKeyFunc(t *testing.T) {
 	assert.Equal(t, addrlimit.Allowed, lim.AllowKey(context.Background(), "uploads", "192.0.2.1", 2).Outcome)
 	assert.Equal(t, addrlimit.Limited, lim.Allow(post()).Outcome)
 }
+
+func TestPolicySelectorKeyUnderTheDefaultPolicy(t *testing.T) {
+	// ("", key): the default policy, keyed by the selector's key.
+	lim := mustNew(t, 1, time.Hour, addrlimit.WithPolicySelector(func(r *http.Request) (string, string, error) {
+		if u := r.Header.Get("X-Verified-User"); u != "" {
+			return "", "user:" + u, nil
+		}
+		return "", "", nil
+	}))
+	d := lim.Allow(req("192.0.2.1:1", "X-Verified-User", "192.0.2.9"))
+	assert.Equal(t, "user:192.0.2.9", d.Key)
+	assert.Equal(t, "default", d.Policy)
+	assert.Equal(t, addrlimit.Limited, lim.Allow(req("198.51.100.1:1", "X-Verified-User", "192.0.2.9")).Outcome, "the user's bucket, from any address")
+	assert.Equal(t, addrlimit.Allowed, lim.Allow(req("192.0.2.9:1")).Outcome, "a prefixed user key never meets the address bucket of the same text")
+}

@@ -18,22 +18,25 @@ type statusWriter struct {
 	hijacked bool
 }
 
-// status is the status the client got: the first one written, 200 when the
-// handler wrote nothing (net/http sends 200 then), 101 for a hijacked
-// connection.
+// status is the status the client got: the first final one written (net/http
+// sends what was written before a hijack), 101 for a connection hijacked
+// before any status, 200 when the handler wrote nothing (net/http sends 200
+// then).
 func (w *statusWriter) status() int {
 	switch {
+	case w.code != 0:
+		return w.code
 	case w.hijacked:
 		return http.StatusSwitchingProtocols
-	case w.code == 0:
-		return http.StatusOK
 	}
-	return w.code
+	return http.StatusOK
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	if w.code == 0 && code >= 200 {
-		w.code = code // 1xx informational responses are not the status
+	// 1xx responses are informational and not the status, except 101, which
+	// net/http treats as final.
+	if w.code == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.code = code
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

@@ -222,3 +222,46 @@ func TestRefundGoesToTheStore(t *testing.T) {
 	st.down.Store(false)
 	assert.Equal(t, "[401 401 429]", fmt.Sprint(codes(h, 3, func() *http.Request { return req("192.0.2.1:1") })), "the store's bucket was refunded every time")
 }
+
+func TestRefundStatusEdgeCases(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+		want    int
+	}{
+		{"401 then hijack is 401", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusUnauthorized)
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				c.Close()
+			}
+		}, http.StatusUnauthorized},
+		{"hijack before any status is 101", func(w http.ResponseWriter, _ *http.Request) {
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				c.Close()
+			}
+		}, http.StatusSwitchingProtocols},
+		{"WriteHeader(101) is final", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Connection", "Upgrade")
+			w.Header().Set("Upgrade", "test")
+			w.WriteHeader(http.StatusSwitchingProtocols)
+		}, http.StatusSwitchingProtocols},
+		{"103 then nothing is 200", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusEarlyHints)
+		}, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seen := make(chan int, 1)
+			lim := mustNew(t, 5, time.Hour, addrlimit.WithRefund(func(status int) bool { seen <- status; return false }))
+			srv := httptest.NewServer(lim.Handler(tc.handler))
+			defer srv.Close()
+			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+			require.NoError(t, err)
+			defer conn.Close()
+			_, _ = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n")
+			// The refund function runs when the handler returns, whatever
+			// the client does; the responses are small enough to sit in
+			// the socket buffer unread.
+			assert.Equal(t, tc.want, <-seen)
+		})
+	}
+}
