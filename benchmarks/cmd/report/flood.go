@@ -21,13 +21,9 @@ func parseFlood(in io.Reader) *floodResults {
 	res := &floodResults{data: map[string]map[string][]float64{}}
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 4 || !strings.HasPrefix(f[0], "BenchmarkFlood") {
+		name, f, ok := benchLine(sc.Text())
+		if !ok || !strings.HasPrefix(name, "Flood") {
 			continue
-		}
-		name := strings.TrimPrefix(f[0], "Benchmark")
-		if i := strings.LastIndexByte(name, '-'); i > 0 {
-			name = name[:i] // GOMAXPROCS suffix
 		}
 		if res.data[name] == nil {
 			res.data[name] = map[string][]float64{}

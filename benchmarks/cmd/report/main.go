@@ -68,17 +68,28 @@ func (r *results) fastestPeer(work string) (string, float64) {
 	return name, best
 }
 
+// benchLine splits a result line of go test -bench into the benchmark's name
+// (without "Benchmark" and the GOMAXPROCS suffix) and its fields; ok is false
+// for other lines.
+func benchLine(line string) (name string, fields []string, ok bool) {
+	f := strings.Fields(line)
+	if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+		return "", nil, false
+	}
+	name = strings.TrimPrefix(f[0], "Benchmark")
+	if i := strings.LastIndexByte(name, '-'); i > 0 {
+		name = name[:i] // GOMAXPROCS suffix
+	}
+	return name, f, true
+}
+
 func parseBench(in io.Reader) *results {
 	res := &results{data: map[string]map[string]*sample{}}
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+		name, f, ok := benchLine(sc.Text())
+		if !ok {
 			continue
-		}
-		name := strings.TrimPrefix(f[0], "Benchmark")
-		if i := strings.LastIndexByte(name, '-'); i > 0 {
-			name = name[:i] // GOMAXPROCS suffix
 		}
 		work, lib, ok := strings.Cut(name, "/lib=")
 		if !ok {
