@@ -39,6 +39,11 @@ type Harness struct {
 	Bubble bool
 	// Tolerance is how far durations may fall short of the exact figures:
 	// the time that passes between calls when the store's clock is real.
+	// Cases that sleep for 100–200 ms assume the machine answers within it;
+	// on a loaded CI machine a real clock makes them flaky. A store whose
+	// clock lives elsewhere (a server's TIME) can inject a test clock and
+	// set Bubble instead, as the redisstore module's tests do: its script
+	// takes the time from the test when one is given.
 	Tolerance time.Duration
 }
 
