@@ -336,7 +336,6 @@ func startCaddy(t *testing.T, conf string, addrs ...string) *proc {
 	full := fmt.Sprintf(`{
 	admin off
 	auto_https off
-	persist_config off
 	storage file_system %s
 }
 
