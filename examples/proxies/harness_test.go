@@ -44,6 +44,9 @@ func need(t *testing.T, bin, pkg string) string {
 	t.Helper()
 	p, err := exec.LookPath(bin)
 	if err != nil {
+		p, err = exec.LookPath(filepath.Join("/usr/sbin", bin)) // not in every user's PATH
+	}
+	if err != nil {
 		msg := fmt.Sprintf("%s not found: install it (Debian/Ubuntu: apt-get install -y %s)", bin, pkg)
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg + "; CI requires the real-proxy tests")
@@ -351,8 +354,11 @@ func startCaddy(t *testing.T, conf string, addrs ...string) *proc {
 // client returns an HTTP client whose connections come from source address src.
 func client(src string) *http.Client {
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}, Timeout: clientTimeout}
 }
+
+// clientTimeout only stops a test whose proxy hangs; no result depends on it.
+const clientTimeout = 2 * time.Minute
 
 // reply is what a client got.
 type reply struct {

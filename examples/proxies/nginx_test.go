@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/addrlimit/addrlimit"
@@ -146,7 +147,7 @@ func TestNginxUnixSocket(t *testing.T) {
 	t.Logf("Go created the socket with mode %v", fi.Mode().Perm())
 
 	listen := freeAddr(t, "127.0.0.1")
-	startNginx(t, config(t, "nginx-unix.conf", confListen, listen, confSocket, sock), listen)
+	p := startNginx(t, config(t, "nginx-unix.conf", confListen, listen, confSocket, sock), listen)
 	url := "http://" + listen + "/"
 
 	if os.Geteuid() == 0 {
@@ -154,6 +155,9 @@ func TestNginxUnixSocket(t *testing.T) {
 		if fi.Mode().Perm()&0o002 == 0 {
 			if r, _ := get(t, client("127.0.0.2"), url); r.status != http.StatusBadGateway {
 				t.Errorf("socket %v, worker running as nobody: %d, want 502", fi.Mode().Perm(), r.status)
+			}
+			if out := p.output(); !strings.Contains(out, "Permission denied") {
+				t.Errorf("nginx's error log does not say Permission denied:\n%s", out)
 			}
 		}
 		gid, _ := nobodyIDs(t)
@@ -174,7 +178,7 @@ func TestNginxUnixSocket(t *testing.T) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		},
 		DisableKeepAlives: true,
-	}}
+	}, Timeout: clientTimeout}
 	served := 0
 	for i := 1; i <= 8; i++ {
 		if r, _ := get(t, unix, "http://app/", forged(forgedAddr(i))...); r.status == http.StatusOK {

@@ -42,7 +42,7 @@ func proxyClient(src string, claimed func() string) *http.Client {
 		}
 		return c, nil
 	}
-	return &http.Client{Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
+	return &http.Client{Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}, Timeout: clientTimeout}
 }
 
 // HAProxy's send-proxy-v2 in front of a go-proxyproto listener that trusts
