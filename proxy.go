@@ -22,7 +22,8 @@ import (
 //     client and no header is read.
 //  2. Otherwise the header's lines are read last to first, each from right to
 //     left, skipping addresses inside trusted ranges; the first untrusted
-//     address is the client. If every element is trusted, the leftmost is.
+//     address is the client. If every element is trusted, the leftmost is:
+//     so a client that connects from a trusted address can name any address.
 //  3. An element that is not an address ("unknown", "_hidden", garbage, an
 //     empty element, a Forwarded element without for=) means the proxies or
 //     the ranges are misconfigured: the nearest trusted hop to its right (or
