@@ -85,13 +85,18 @@ const PushbackTrailer = "grpc-retry-pushback-ms"
 // Interceptor limits the calls of a gRPC server with a Limiter. Build it
 // with New; it is immutable and safe for concurrent use.
 type Interceptor struct {
+	config
 	lim       *addrlimit.Limiter
-	rules     map[string]rule // by full method, or "/pkg.Service/" for a whole service
-	proxies   *addrlimit.TrustedProxies
-	proxyMD   string // the proxies' header as a metadata key (lower case)
-	key       addrlimit.KeyFunc
-	quota     bool
 	policyHdr map[string]string // RateLimit-Policy value by policy name
+}
+
+// config is what the options set.
+type config struct {
+	rules   map[string]rule // by full method, or "/pkg.Service/" for a whole service
+	proxies *addrlimit.TrustedProxies
+	proxyMD string // the proxies' header as a metadata key (lower case)
+	key     addrlimit.KeyFunc
+	quota   bool
 }
 
 // rule is what WithMethodPolicy and WithMethodCost set for one method or
@@ -102,7 +107,7 @@ type rule struct {
 }
 
 // An Option configures an Interceptor in New.
-type Option func(*Interceptor) error
+type Option func(*config) error
 
 // WithMethodPolicy charges calls of method to the Limiter's policy named
 // policy (one added with addrlimit.WithPolicy, or the default policy's name).
@@ -110,7 +115,7 @@ type Option func(*Interceptor) error
 // "/pkg.Service/", for all its methods; a method's own rule wins over its
 // service's.
 func WithMethodPolicy(method, policy string) Option {
-	return func(i *Interceptor) error {
+	return func(i *config) error {
 		if err := checkMethod(method); err != nil {
 			return err
 		}
@@ -129,7 +134,7 @@ func WithMethodPolicy(method, policy string) Option {
 // burst of the method's policy, which New checks, since a larger cost could
 // never be paid.
 func WithMethodCost(method string, n int) Option {
-	return func(i *Interceptor) error {
+	return func(i *config) error {
 		if err := checkMethod(method); err != nil {
 			return err
 		}
@@ -150,7 +155,7 @@ func WithMethodCost(method string, n int) Option {
 // client, whatever it sends; a malformed header is charged to the nearest
 // trusted hop and reported to observers as addrlimit.ErrProxyHeader.
 func WithTrustedProxies(t *addrlimit.TrustedProxies) Option {
-	return func(i *Interceptor) error {
+	return func(i *config) error {
 		if t == nil {
 			return errors.New("grpclimit: WithTrustedProxies given nil")
 		}
@@ -165,7 +170,7 @@ func WithTrustedProxies(t *addrlimit.TrustedProxies) Option {
 // and `"default";q=300;w=60`): in the response header of an allowed call, in
 // the trailer of a refused one. It costs a few allocations per call.
 func WithQuotaMetadata() Option {
-	return func(i *Interceptor) error {
+	return func(i *config) error {
 		i.quota = true
 		return nil
 	}
@@ -186,12 +191,12 @@ func New(lim *addrlimit.Limiter, opts ...Option) (*Interceptor, error) {
 	if lim == nil {
 		return nil, errors.New("grpclimit: New given a nil Limiter")
 	}
-	i := &Interceptor{lim: lim, rules: map[string]rule{}, policyHdr: map[string]string{}}
+	i := &Interceptor{config: config{rules: map[string]rule{}}, lim: lim, policyHdr: map[string]string{}}
 	for n, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("grpclimit: option %d is nil", n+1)
 		}
-		if err := o(i); err != nil {
+		if err := o(&i.config); err != nil {
 			return nil, err
 		}
 	}
@@ -222,7 +227,7 @@ func New(lim *addrlimit.Limiter, opts ...Option) (*Interceptor, error) {
 }
 
 // rule returns the policy ("" for the default one) and cost of method.
-func (i *Interceptor) rule(method string) (policy string, cost int) {
+func (i *config) rule(method string) (policy string, cost int) {
 	if i.rules == nil {
 		return "", 1
 	}
