@@ -17,7 +17,9 @@
 // internal token secrets (addrlimit.WithInternalToken) in its "authorization"
 // metadata is exempt: not counted and not charged, as on the HTTP path. A
 // wrong, forged or retired token is charged like any call, and a retired one
-// is flagged (Decision.RetiredToken, Stats.RetiredTokenLimited).
+// is flagged (Decision.RetiredToken, Stats.RetiredTokenLimited). A
+// WithExempt predicate of the Limiter applies too, to the request described
+// below.
 //
 // A call costs 1 token of the Limiter's default policy unless
 // WithMethodPolicy and WithMethodCost say otherwise for its method. A stream
