@@ -37,13 +37,8 @@ func keyString(kb []byte, ks string) string {
 // 130 bytes, a Decision copied at every return costs the allowed path a
 // quarter of its time). buf is the caller's stack buffer for the key bytes.
 func (l *Limiter) decide(r *http.Request, buf []byte, d *Decision) (ps *policyState, kb []byte, ks string) {
-	class := tokenNone
-	if l.token != nil {
-		class = l.token.classify(r)
-	}
-	if class == tokenAccepted || l.exempt != nil && l.exempt(r) {
-		l.exempted.Inc()
-		d.Outcome = Exempt
+	class := l.exemption(r, d)
+	if d.Outcome == Exempt {
 		return nil, nil, ""
 	}
 	ps, kb, ks, err := l.policyAndKey(r, buf)
@@ -52,6 +47,27 @@ func (l *Limiter) decide(r *http.Request, buf []byte, d *Decision) (ps *policySt
 		n = l.cost(r)
 	}
 	l.charge(r.Context(), ps, kb, ks, n, err, d)
+	l.countCredentials(r, class, d)
+	return ps, kb, ks
+}
+
+// exemption classifies r's bearer token and, if r is exempt (an accepted
+// secret, or WithExempt), counts it and sets d.Outcome to Exempt.
+func (l *Limiter) exemption(r *http.Request, d *Decision) tokenClass {
+	class := tokenNone
+	if l.token != nil {
+		class = l.token.classify(r.Header["Authorization"])
+	}
+	if class == tokenAccepted || l.exempt != nil && l.exempt(r) {
+		l.exempted.Inc()
+		d.Outcome = Exempt
+	}
+	return class
+}
+
+// countCredentials flags a retired secret in the charged decision d and
+// counts a limited request that carried credentials.
+func (l *Limiter) countCredentials(r *http.Request, class tokenClass, d *Decision) {
 	d.RetiredToken = class == tokenRetired
 	if d.Outcome == Limited {
 		if len(r.Header["Authorization"]) > 0 {
@@ -61,7 +77,6 @@ func (l *Limiter) decide(r *http.Request, buf []byte, d *Decision) (ps *policySt
 			l.retiredLimited.Inc()
 		}
 	}
-	return ps, kb, ks
 }
 
 // policyAndKey picks the policy (PolicySelector) and the key (the selector's,

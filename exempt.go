@@ -123,7 +123,19 @@ func (t *InternalToken) LogValue() slog.Value { return slog.StringValue(t.String
 // secret without stopping early, so the response time reveals neither the
 // secrets nor their lengths. A missing, repeated, empty or malformed header,
 // another scheme or a wrong token gives false.
-func (t *InternalToken) Match(r *http.Request) bool { return t.classify(r) == tokenAccepted }
+func (t *InternalToken) Match(r *http.Request) bool {
+	return t.classify(r.Header["Authorization"]) == tokenAccepted
+}
+
+// MatchAuthorization is Match for the raw values of an Authorization header
+// (every line of it, in order), for protocols without an *http.Request: the
+// "authorization" values of gRPC metadata, say. It applies the rules of
+// Match, so MatchAuthorization(r.Header.Values("Authorization")) ==
+// Match(r): exactly one value "Bearer <token>", scheme in any case, token a
+// b64token equal to an accepted secret, compared in constant time.
+func (t *InternalToken) MatchAuthorization(values []string) bool {
+	return t.classify(values) == tokenAccepted
+}
 
 // tokenClass is what a request's bearer token is to an InternalToken.
 type tokenClass uint8
@@ -134,10 +146,11 @@ const (
 	tokenRetired                    // a retired secret: counted, and flagged
 )
 
-// classify hashes r's bearer token once and compares the digest with every
-// accepted and retired secret in constant time, without stopping early.
-func (t *InternalToken) classify(r *http.Request) tokenClass {
-	tok, ok := bearerToken(r.Header)
+// classify hashes the bearer token of the Authorization values once and
+// compares the digest with every accepted and retired secret in constant
+// time, without stopping early.
+func (t *InternalToken) classify(authorization []string) tokenClass {
+	tok, ok := bearerToken(authorization)
 	if !ok {
 		return tokenNone
 	}
@@ -182,10 +195,10 @@ func (t *InternalToken) Require(next http.Handler) http.Handler {
 }
 
 // bearerToken extracts the token of the single "Authorization: Bearer <token>"
-// field of h (RFC 6750 §2.1). It reports false for no field, several fields,
-// another scheme, or a token that is empty, too long or not a b64token.
-func bearerToken(h http.Header) (string, bool) {
-	vals := h["Authorization"]
+// field whose values are vals (RFC 6750 §2.1). It reports false for no
+// field, several fields, another scheme, or a token that is empty, too long
+// or not a b64token.
+func bearerToken(vals []string) (string, bool) {
 	if len(vals) != 1 {
 		return "", false
 	}

@@ -217,6 +217,43 @@ func (l *Limiter) Allow(r *http.Request) Decision {
 	return d
 }
 
+// AllowAs decides r as Allow does (the exemption of WithInternalToken and
+// WithExempt, the token flags and counters, the observers, which get r) but
+// charges it as the caller says instead of asking the PolicySelector, the
+// KeyFunc and WithCost: n tokens under the named policy ("" for the default
+// one), to the bucket that key returns for r (nil: RemoteAddrKey). It is for
+// adapters of other protocols, such as the grpclimit interceptors, that
+// describe a call as an *http.Request and pick policies and costs by their
+// own rules. key follows the KeyFunc contract; bad input never skips the
+// limit and is reported as by AllowKey.
+func (l *Limiter) AllowAs(r *http.Request, policy string, key KeyFunc, n int) Decision {
+	var d Decision
+	class := l.exemption(r, &d)
+	if d.Outcome == Exempt {
+		l.observe(r, d)
+		return d
+	}
+	ps, err := l.lookupPolicy(policy)
+	if key == nil {
+		key = RemoteAddrKey
+	}
+	ks, keyErr := key(r)
+	if ks == "" {
+		ks = UnkeyedKey
+		if keyErr == nil {
+			keyErr = ErrEmptyKey
+		}
+	}
+	if keyErr != nil {
+		err = errors.Join(err, keyErr)
+	}
+	l.charge(r.Context(), ps, nil, ks, n, err, &d)
+	l.countCredentials(r, class, &d)
+	d.Key = ks
+	l.observe(r, d)
+	return d
+}
+
 // AllowKey charges n tokens to key under the named policy ("" for the
 // default one) and tells the observers (with a nil *http.Request): the
 // decision of Handler, for job queues, gRPC interceptors and other callers

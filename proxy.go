@@ -118,18 +118,42 @@ func (t *TrustedProxies) WithUnixSocket() *TrustedProxies {
 // client.
 func (t *TrustedProxies) ClientAddr(r *http.Request) (netip.Addr, error) {
 	peer, err := peerAddr(r)
-	switch {
-	case err != nil && !(t.unix && unixPeer(r)):
+	if err != nil && !(t.unix && unixPeer(r)) {
 		return netip.Addr{}, err
-	case err == nil && !t.trusted.Contains(peer):
+	}
+	return t.resolve(peer, r.Header[t.header])
+}
+
+// ClientAddrFrom is ClientAddr for protocols without an *http.Request (gRPC:
+// the peer from peer.FromContext, the values from metadata under
+// strings.ToLower(t.Header())): peer is the connection's peer address, values
+// every line of the header in order. The rules, the normalisation and the
+// errors are those of ClientAddr. The zero peer stands for a peer without an
+// IP address, such as a Unix socket: it gives ErrNoClientAddress unless
+// WithUnixSocket trusts it.
+func (t *TrustedProxies) ClientAddrFrom(peer netip.Addr, values []string) (netip.Addr, error) {
+	if !peer.IsValid() && !t.unix {
+		return netip.Addr{}, ErrNoClientAddress
+	}
+	return t.resolve(clientip.Normalise(peer), values)
+}
+
+// resolve applies the rules to a normalised peer (the zero Addr for a
+// trusted Unix socket) and the header's lines.
+func (t *TrustedProxies) resolve(peer netip.Addr, lines []string) (netip.Addr, error) {
+	if peer.IsValid() && !t.trusted.Contains(peer) {
 		return peer, nil
 	}
-	a, err := clientip.Resolve(t.format, t.trusted, peer, r.Header[t.header])
+	a, err := clientip.Resolve(t.format, t.trusted, peer, lines)
 	if err != nil {
 		err = &proxyError{header: t.header, err: err}
 	}
 	return a, err
 }
+
+// Header returns the name of the header t reads, in canonical form
+// ("X-Forwarded-For"). gRPC metadata holds it under its lower-case form.
+func (t *TrustedProxies) Header() string { return t.header }
 
 // unixPeer reports whether r came over a Unix socket.
 func unixPeer(r *http.Request) bool {
