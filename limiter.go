@@ -194,7 +194,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			ps.respond(w.Header(), &d)
 			rw := &statusWriter{ResponseWriter: w}
 			next.ServeHTTP(rw, r)
-			if l.refund(rw.status()) {
+			if status, seen := rw.status(); seen && l.refund(status) {
 				l.refundCharge(context.WithoutCancel(r.Context()), ps, kb, ks, &d)
 			}
 		default:

@@ -18,18 +18,20 @@ type statusWriter struct {
 	hijacked bool
 }
 
-// status is the status the client got: the first final one written (net/http
-// sends what was written before a hijack), 101 for a connection hijacked
-// before any status, 200 when the handler wrote nothing (net/http sends 200
-// then).
-func (w *statusWriter) status() int {
+// status is the status the client got, if this writer saw it: the first
+// final one written (net/http sends what was written before a hijack), or 101
+// for a connection hijacked before any status. It reports false when nothing
+// was written: net/http would then send 200, but a framework may still write
+// the real response after the middleware returned (echo renders a returned
+// error then), so nothing written is never taken for a success.
+func (w *statusWriter) status() (int, bool) {
 	switch {
 	case w.code != 0:
-		return w.code
+		return w.code, true
 	case w.hijacked:
-		return http.StatusSwitchingProtocols
+		return http.StatusSwitchingProtocols, true
 	}
-	return http.StatusOK
+	return 0, false
 }
 
 func (w *statusWriter) WriteHeader(code int) {
