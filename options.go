@@ -30,6 +30,8 @@ type config struct {
 	store     Store
 	headers   HeaderStyle
 	failure   FailurePolicy
+
+	decisionInContext bool
 }
 
 // WithBurst sets the default policy's bucket capacity: how many requests a

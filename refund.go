@@ -2,10 +2,30 @@ package addrlimit
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
 )
+
+// Refund gives back the tokens that an allowed decision d of Allow or
+// AllowKey charged, as WithRefund does for Handler: for callers that decide
+// with Allow and learn the outcome afterwards (a gin middleware that counts
+// only failed logins refunds when c.Writer.Written() and the status is
+// below 400). Call it at most once per decision: each call gives the cost
+// back again, though never above the burst. It does nothing for a decision
+// that is not Allowed, has no Key, or names a policy this Limiter does not
+// have, and nothing under FailOpen (which charged nothing). It is counted in
+// Stats.Refunded. ctx bounds the Store's call; its cancellation is ignored,
+// as the store's own timeout applies (a client's hang-up does not cancel
+// its refund).
+func (l *Limiter) Refund(ctx context.Context, d Decision) {
+	ps := l.byName[d.Policy]
+	if d.Outcome != Allowed || d.Key == "" || ps == nil {
+		return
+	}
+	l.refundCharge(context.WithoutCancel(ctx), ps, nil, d.Key, &d)
+}
 
 // statusWriter records the status of the response a handler writes, for
 // WithRefund. It passes everything through: Flush, Hijack and ReadFrom
