@@ -8,8 +8,8 @@ import (
 	"net/http"
 )
 
-// Refund gives back the tokens that an allowed decision d of Allow or
-// AllowKey charged, as WithRefund does for Handler: for callers that decide
+// Refund gives back the tokens that an allowed decision d of this
+// Limiter's Allow or AllowKey charged, as WithRefund does for Handler: for callers that decide
 // with Allow and learn the outcome afterwards (a gin middleware that counts
 // only failed logins refunds when c.Writer.Written() and the status is
 // below 400). Call it at most once per decision: each call gives the cost
