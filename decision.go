@@ -43,7 +43,8 @@ type Decision struct {
 	// Key is the bucket the request was charged to (UnkeyedKey when it had
 	// none). Treat it as personal data: it is usually a client address.
 	// Handler fills it in only when something reads it (an observer, a
-	// WithDeniedHandler handler); Allow and AllowKey always do.
+	// WithDeniedHandler handler, WithDecisionInContext); Allow and AllowKey
+	// always do.
 	Key string
 	// Cost is the number of tokens the request costs (1 unless WithCost or
 	// AllowKey say otherwise).

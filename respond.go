@@ -38,7 +38,8 @@ func state(d *Decision) headers.State {
 // Handler sends (the fields, Retry-After, Cache-Control: no-store and 429
 // Too Many Requests with the fixed body, 503 when the store failed under
 // FailClosed, or the WithDeniedHandler response). It reports whether it
-// refused the request: then do not serve it (in gin, c.Abort()).
+// refused the request: then do not serve it (in gin, c.Abort()). r is the
+// request being answered (a WithDeniedHandler handler gets it).
 //
 // d must be a decision of this Limiter (Allow or AllowKey). One of a policy
 // the Limiter does not have gets no quota fields, and if denied, the 503

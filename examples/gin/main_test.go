@@ -165,9 +165,18 @@ func TestGinMiddlewareAnswersLikeHandler(t *testing.T) {
 }
 
 func TestEngineMiddlewareLimitsUnmatchedRequests(t *testing.T) {
-	srv := newServer(t, small)
+	e, err := newEngine(token, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.HandleMethodNotAllowed = true // without it, gin answers a wrong method 404
+	srv := httptest.NewServer(e)
+	defer srv.Close()
 	if got, want := statuses(t, srv, "GET", "/no-such-path", "203.0.113.1", 4), "[404 404 404 429]"; got != want {
 		t.Errorf("404 probes: %s, want %s", got, want)
+	}
+	if got, want := statuses(t, srv, "DELETE", "/sites", "203.0.113.2", 4), "[405 405 405 429]"; got != want {
+		t.Errorf("405 probes: %s, want %s", got, want)
 	}
 	if got, want := statuses(t, srv, "GET", "/sites", "203.0.113.3", 4), "[200 200 200 429]"; got != want {
 		t.Errorf("matched route: %s, want %s", got, want)
