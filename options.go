@@ -144,11 +144,11 @@ func WithCost(f func(r *http.Request) int) Option {
 // for a connection hijacked before any status). A request whose handler
 // wrote nothing there is never refunded and f is not called: frameworks that
 // write the response elsewhere (gin's own writer) or after the middleware
-// returned (echo's error handler) would otherwise have every failure counted
-// as a 200. A handler that panics is not refunded either. The ResponseWriter
-// the handler gets keeps http.Flusher, http.Hijacker and io.ReaderFrom
-// working and supports http.ResponseController through Unwrap. Allow and
-// AllowKey never refund.
+// returned (echo's error handler) would otherwise have every failure taken
+// for a 200 and refunded. A handler that panics is not refunded either. The
+// ResponseWriter the handler gets keeps http.Flusher, http.Hijacker and
+// io.ReaderFrom working and supports http.ResponseController through Unwrap.
+// Allow and AllowKey never refund on their own; see Limiter.Refund.
 func WithRefund(f func(status int) bool) Option {
 	return func(c *config) error {
 		if f == nil {
