@@ -18,6 +18,9 @@ const token = "gorilla-example-token-0123456789ab"
 // refills while a test runs, however loaded the machine.
 var small = limits{global: 3, globalPer: time.Hour, failedLogin: 3, loginPer: time.Hour}
 
+// noRedirects returns redirects as responses.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
 // send makes n requests from client (behind the proxy on 127.0.0.1) to srv
 // and returns their statuses.
 func send(t *testing.T, srv *httptest.Server, method, path, client string, n int, fields ...string) string {
@@ -32,7 +35,7 @@ func send(t *testing.T, srv *httptest.Server, method, path, client string, n int
 		for i := 0; i+1 < len(fields); i += 2 {
 			r.Header.Set(fields[i], fields[i+1])
 		}
-		resp, err := srv.Client().Do(r)
+		resp, err := noRedirects.Do(r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,6 +75,9 @@ func TestRouterUseDoesNotLimitUnmatchedRequests(t *testing.T) {
 	if got, want := send(t, srv, "DELETE", "/sites", "", 5), "[405 405 405 405 405]"; got != want {
 		t.Errorf("405 probes: %s, want %s", got, want)
 	}
+	if got, want := send(t, srv, "GET", "//sites", "", 5), "[301 301 301 301 301]"; got != want {
+		t.Errorf("path-cleaning redirects: %s, want %s", got, want)
+	}
 	if got, want := send(t, srv, "GET", "/sites", "", 2), "[200 429]"; got != want {
 		t.Errorf("matched route: %s, want %s", got, want)
 	}
@@ -84,6 +90,9 @@ func TestWrappedRouterLimitsUnmatchedRequests(t *testing.T) {
 	}
 	if got, want := send(t, srv, "DELETE", "/sites", "203.0.113.2", 4), "[405 405 405 429]"; got != want {
 		t.Errorf("405 probes: %s, want %s", got, want)
+	}
+	if got, want := send(t, srv, "GET", "//sites", "203.0.113.8", 4), "[301 301 301 429]"; got != want {
+		t.Errorf("path-cleaning redirects: %s, want %s", got, want)
 	}
 	if got, want := send(t, srv, "GET", "/sites", "203.0.113.3", 4), "[200 200 200 429]"; got != want {
 		t.Errorf("matched route: %s, want %s", got, want)
