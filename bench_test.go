@@ -60,6 +60,7 @@ func BenchmarkAllowed(b *testing.B) {
 		{"headers=x-ratelimit", []addrlimit.Option{addrlimit.WithHeaders(addrlimit.HeaderXRateLimit)}},
 		{"headers=none", []addrlimit.Option{addrlimit.WithHeaders(addrlimit.HeaderNone)}},
 		{"keyfunc=RemoteAddrKey", []addrlimit.Option{addrlimit.WithKeyFunc(addrlimit.RemoteAddrKey)}},
+		{"decision-in-context", []addrlimit.Option{addrlimit.WithDecisionInContext()}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			lim := mustNew(b, 1_000_000_000, time.Second, append([]addrlimit.Option{addrlimit.WithBurst(300)}, tc.opts...)...)

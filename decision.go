@@ -3,6 +3,7 @@ package addrlimit
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 )
 
@@ -42,7 +43,8 @@ type Decision struct {
 	// Key is the bucket the request was charged to (UnkeyedKey when it had
 	// none). Treat it as personal data: it is usually a client address.
 	// Handler fills it in only when something reads it (an observer, a
-	// WithDeniedHandler handler); Allow and AllowKey always do.
+	// WithDeniedHandler handler, WithDecisionInContext); Allow and AllowKey
+	// always do.
 	Key string
 	// Cost is the number of tokens the request costs (1 unless WithCost or
 	// AllowKey say otherwise).
@@ -77,8 +79,29 @@ func (d Decision) Denied() bool { return d.Outcome == Limited && !d.DryRun }
 type decisionKey struct{}
 
 // DecisionFromContext returns the Decision that a Limiter stored in the
-// context of the request it passes to a WithDeniedHandler handler.
+// context of the request it passes to a WithDeniedHandler handler, and, with
+// WithDecisionInContext, to the next handler of a counted request.
 func DecisionFromContext(ctx context.Context) (Decision, bool) {
 	d, ok := ctx.Value(decisionKey{}).(Decision)
 	return d, ok
+}
+
+// WithDecisionInContext makes Handler pass the Decision of each counted
+// request (allowed, or limited in a dry run) to the next handler in the
+// request's context, with Key filled in: for handlers that show it (a status
+// endpoint, the quota in a JSON body) through DecisionFromContext. Exempt
+// requests still reach the next handler untouched. It costs each counted
+// request the context value, the request copy and the key string (4
+// allocations, see BenchmarkAllowed/decision-in-context); without it the
+// context is left alone.
+func WithDecisionInContext() Option {
+	return func(c *config) error {
+		c.decisionInContext = true
+		return nil
+	}
+}
+
+// withDecision returns r with d in its context, for DecisionFromContext.
+func withDecision(r *http.Request, d *Decision) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), decisionKey{}, *d))
 }

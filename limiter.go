@@ -59,6 +59,7 @@ type Limiter struct {
 	denied    http.Handler
 	observers []func(*http.Request, Decision)
 	dryRun    bool
+	inContext bool // WithDecisionInContext
 	failure   FailurePolicy
 	store     Store // nil: the in-memory tables are the store
 	seed      maphash.Seed
@@ -113,6 +114,7 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		denied:    c.denied,
 		observers: c.observers,
 		dryRun:    c.dryRun,
+		inContext: c.decisionInContext,
 		failure:   c.failure,
 		store:     c.store,
 		seed:      maphash.MakeSeed(),
@@ -169,12 +171,13 @@ func (l *Limiter) Policies() []Policy {
 // quota header fields; a denied one gets 429 Too Many Requests with
 // Retry-After (whole seconds, at least 1, from the bucket) and
 // Cache-Control: no-store, or the WithDeniedHandler response. Observers run
-// before anything is written. It panics if next is nil.
+// before anything is written. It panics if next is nil. Without a net/http
+// middleware slot (gin), use Allow, Respond and Refund.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("addrlimit: Limiter.Handler called with a nil handler")
 	}
-	wantKey := len(l.observers) > 0 || l.denied != nil
+	wantKey := len(l.observers) > 0 || l.denied != nil || l.inContext
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var buf [maxAddrKeyLen]byte
 		var d Decision
@@ -187,27 +190,32 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		switch {
-		case d.Denied():
+		if d.Denied() {
 			l.refuse(w, r, ps, &d)
-		case l.refund != nil && d.Outcome == Allowed:
-			ps.respond(w.Header(), &d)
+			return
+		}
+		ps.respond(w.Header(), &d)
+		if l.inContext {
+			r = withDecision(r, &d)
+		}
+		if l.refund != nil && d.Outcome == Allowed {
 			rw := &statusWriter{ResponseWriter: w}
 			next.ServeHTTP(rw, r)
-			if l.refund(rw.status()) {
+			if status, seen := rw.status(); seen && l.refund(status) {
 				l.refundCharge(context.WithoutCancel(r.Context()), ps, kb, ks, &d)
 			}
-		default:
-			ps.respond(w.Header(), &d)
-			next.ServeHTTP(w, r)
+			return
 		}
+		next.ServeHTTP(w, r)
 	})
 }
 
 // Allow decides and charges r exactly as Handler would and tells the
 // observers, but writes nothing and never refunds: for websockets, gRPC
-// gateways or anything else that has an *http.Request. Refuse the work when
-// the Decision is Denied.
+// gateways, frameworks without a net/http middleware slot (gin) or anything
+// else that has an *http.Request. Refuse the work when the Decision is
+// Denied; Respond writes the response Handler would, Refund gives the tokens
+// back.
 func (l *Limiter) Allow(r *http.Request) Decision {
 	var buf [maxAddrKeyLen]byte
 	var d Decision

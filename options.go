@@ -30,6 +30,8 @@ type config struct {
 	store     Store
 	headers   HeaderStyle
 	failure   FailurePolicy
+
+	decisionInContext bool
 }
 
 // WithBurst sets the default policy's bucket capacity: how many requests a
@@ -138,11 +140,15 @@ func WithCost(f func(r *http.Request) int) Option {
 // The request is charged before the handler runs, as usual, so concurrent
 // requests can never exceed the budget; the refund follows when the handler
 // returns, and never fills a bucket above its burst. The status is the first
-// final one written (200 if the handler wrote nothing, 101 for a connection
-// hijacked before any status); a handler that panics is not refunded. The ResponseWriter the
-// handler gets keeps http.Flusher, http.Hijacker and io.ReaderFrom working
-// and supports http.ResponseController through Unwrap. Allow and AllowKey
-// never refund.
+// final one the handler wrote through the ResponseWriter it was given (101
+// for a connection hijacked before any status). A request whose handler
+// wrote nothing there is never refunded and f is not called: frameworks that
+// write the response elsewhere (gin's own writer) or after the middleware
+// returned (echo's error handler) would otherwise have every failure taken
+// for a 200 and refunded. A handler that panics is not refunded either. The
+// ResponseWriter the handler gets keeps http.Flusher, http.Hijacker and
+// io.ReaderFrom working and supports http.ResponseController through Unwrap.
+// Allow and AllowKey never refund on their own; see Limiter.Refund.
 func WithRefund(f func(status int) bool) Option {
 	return func(c *config) error {
 		if f == nil {

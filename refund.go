@@ -2,10 +2,30 @@ package addrlimit
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
 )
+
+// Refund gives back the tokens that an allowed decision d of this
+// Limiter's Allow or AllowKey charged, as WithRefund does for Handler: for callers that decide
+// with Allow and learn the outcome afterwards (a gin middleware that counts
+// only failed logins refunds when c.Writer.Written() and the status is
+// below 400). Call it at most once per decision: each call gives the cost
+// back again, though never above the burst. It does nothing for a decision
+// that is not Allowed, has no Key, or names a policy this Limiter does not
+// have, and nothing under FailOpen (which charged nothing). It is counted in
+// Stats.Refunded. ctx bounds the Store's call; its cancellation is ignored,
+// as the store's own timeout applies (a client's hang-up does not cancel
+// its refund).
+func (l *Limiter) Refund(ctx context.Context, d Decision) {
+	ps := l.byName[d.Policy]
+	if d.Outcome != Allowed || d.Key == "" || ps == nil {
+		return
+	}
+	l.refundCharge(context.WithoutCancel(ctx), ps, nil, d.Key, &d)
+}
 
 // statusWriter records the status of the response a handler writes, for
 // WithRefund. It passes everything through: Flush, Hijack and ReadFrom
@@ -18,18 +38,20 @@ type statusWriter struct {
 	hijacked bool
 }
 
-// status is the status the client got: the first final one written (net/http
-// sends what was written before a hijack), 101 for a connection hijacked
-// before any status, 200 when the handler wrote nothing (net/http sends 200
-// then).
-func (w *statusWriter) status() int {
+// status is the status the client got, if this writer saw it: the first
+// final one written (net/http sends what was written before a hijack), or 101
+// for a connection hijacked before any status. It reports false when nothing
+// was written: net/http would then send 200, but a framework may still write
+// the real response after the middleware returned (echo renders a returned
+// error then), so nothing written is never taken for a success.
+func (w *statusWriter) status() (int, bool) {
 	switch {
 	case w.code != 0:
-		return w.code
+		return w.code, true
 	case w.hijacked:
-		return http.StatusSwitchingProtocols
+		return http.StatusSwitchingProtocols, true
 	}
-	return http.StatusOK
+	return 0, false
 }
 
 func (w *statusWriter) WriteHeader(code int) {

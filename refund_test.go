@@ -2,6 +2,7 @@ package addrlimit_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -29,6 +30,28 @@ var login = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	}
 	_, _ = io.WriteString(w, "welcome")
 })
+
+// TestRefundCountsFailuresRenderedAfterTheMiddleware is echo's and gin's
+// case: the handler leaves the response to its framework, which writes the
+// 401 after the middleware returned (echo's HTTPErrorHandler) or to a writer
+// the middleware never sees (gin's c.Writer). Nothing written must not read
+// as a success, or every failed login is refunded.
+func TestRefundCountsFailuresRenderedAfterTheMiddleware(t *testing.T) {
+	lim := mustNew(t, 3, time.Hour, addrlimit.WithRefund(failedOnly))
+	failed := errors.New("wrong password")
+	var err error
+	limited := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { err = failed }))
+	framework := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err = nil
+		limited.ServeHTTP(w, r)
+		if err != nil {
+			w.WriteHeader(http.StatusUnauthorized) // rendered after the chain returned
+		}
+	})
+	got := codes(framework, 5, func() *http.Request { return req("192.0.2.1:1") })
+	assert.Equal(t, "[401 401 401 429 429]", fmt.Sprint(got))
+	assert.Equal(t, uint64(0), lim.Stats().Refunded)
+}
 
 func TestRefundCountsOnlyFailures(t *testing.T) {
 	lim := mustNew(t, 3, time.Hour, addrlimit.WithRefund(failedOnly))
@@ -106,7 +129,10 @@ func TestRefundStatusOfEachWayOfWriting(t *testing.T) {
 		handler  http.HandlerFunc
 		refunded bool
 	}{
-		{"nothing written is 200", func(http.ResponseWriter, *http.Request) {}, true},
+		{"nothing written is not refunded", func(http.ResponseWriter, *http.Request) {}, false},
+		{"103 then nothing is not refunded", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusEarlyHints)
+		}, false},
 		{"Write is 200", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("x")) }, true},
 		{"explicit 500", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }, false},
 		{"1xx then 403", func(w http.ResponseWriter, _ *http.Request) {
@@ -245,9 +271,6 @@ func TestRefundStatusEdgeCases(t *testing.T) {
 			w.Header().Set("Upgrade", "test")
 			w.WriteHeader(http.StatusSwitchingProtocols)
 		}, http.StatusSwitchingProtocols},
-		{"103 then nothing is 200", func(w http.ResponseWriter, _ *http.Request) {
-			w.WriteHeader(http.StatusEarlyHints)
-		}, http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			seen := make(chan int, 1)

@@ -31,6 +31,35 @@ func state(d *Decision) headers.State {
 	}
 }
 
+// Respond writes what Handler writes for d before it would call the next
+// handler, for callers of Allow whose framework has no slot for net/http
+// middleware (gin) or who decide elsewhere: nothing for an Exempt decision,
+// the quota fields for a counted one, and for a denied one the whole refusal
+// Handler sends (the fields, Retry-After, Cache-Control: no-store and 429
+// Too Many Requests with the fixed body, 503 when the store failed under
+// FailClosed, or the WithDeniedHandler response). It reports whether it
+// refused the request: then do not serve it (in gin, c.Abort()). r is the
+// request being answered (a WithDeniedHandler handler gets it).
+//
+// d must be a decision of this Limiter (Allow or AllowKey). One of a policy
+// the Limiter does not have gets no quota fields, and if denied, the 503
+// refusal of an unknown quota: it is still refused.
+func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (refused bool) {
+	if d.Outcome != Allowed && d.Outcome != Limited {
+		return false
+	}
+	ps := l.byName[d.Policy]
+	if ps == nil {
+		ps, d.Limit = l.policies[0], 0 // quota unknown: no fields from another policy
+	}
+	if d.Denied() {
+		l.refuse(w, r, ps, &d)
+		return true
+	}
+	ps.respond(w.Header(), &d)
+	return false
+}
+
 // refuse writes the response of a denied request: the WithDeniedHandler
 // handler (after the fields of respond), or 429 Too Many Requests with a
 // fixed body, or 503 Service Unavailable when the quota is unknown because

@@ -1,6 +1,8 @@
 // Command chi shows addrlimit with the chi router: the middleware drops in
 // unchanged, because a Limiter's Handler is a plain func(http.Handler)
-// http.Handler.
+// http.Handler, and chi's r.Use runs it for every request, unmatched paths
+// (404) and methods (405) included. Handlers write through the limiter, so
+// WithRefund sees their status.
 //
 //	go run .   # listens on 127.0.0.1:8080; INTERNAL_TOKEN must be set
 package main
@@ -16,10 +18,20 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
+// limits are the budgets of the API: every request, and failed logins.
+type limits struct {
+	global      int
+	globalPer   time.Duration
+	failedLogin int
+	loginPer    time.Duration
+}
+
+var production = limits{global: 300, globalPer: time.Minute, failedLogin: 5, loginPer: 15 * time.Minute}
+
 // newRouter builds the API: a per-address limit for everything (the client
 // resolved behind a load balancer in 10.0.0.0/8), internal routes exempt and
-// guarded by the same token, and a stricter limit on login.
-func newRouter(token string) (http.Handler, error) {
+// guarded by the same token, and a budget of failed logins.
+func newRouter(token string, l limits) (http.Handler, error) {
 	tok, err := addrlimit.NewInternalToken(token)
 	if err != nil {
 		return nil, err
@@ -28,11 +40,12 @@ func newRouter(token string) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	global, err := addrlimit.New(300, time.Minute, addrlimit.WithKeyFunc(clientKey), addrlimit.WithInternalToken(tok))
+	global, err := addrlimit.New(l.global, l.globalPer, addrlimit.WithKeyFunc(clientKey), addrlimit.WithInternalToken(tok))
 	if err != nil {
 		return nil, err
 	}
-	login, err := addrlimit.New(5, time.Minute, addrlimit.WithKeyFunc(clientKey))
+	login, err := addrlimit.New(l.failedLogin, l.loginPer, addrlimit.WithName("login"), addrlimit.WithKeyFunc(clientKey),
+		addrlimit.WithRefund(func(status int) bool { return status < 400 })) // count only failures
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +53,7 @@ func newRouter(token string) (http.Handler, error) {
 	r := chi.NewRouter()
 	r.Use(global.Handler) // unchanged: chi middleware is func(http.Handler) http.Handler
 	r.Get("/sites", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("[]")) })
-	r.With(login.Handler).Post("/login", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("welcome")) })
+	r.With(login.Handler).Post("/login", signIn)
 	r.Route("/internal", func(r chi.Router) {
 		r.Use(tok.Require)
 		r.Put("/agents/{id}/progress", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("saved")) })
@@ -48,8 +61,16 @@ func newRouter(token string) (http.Handler, error) {
 	return r, nil
 }
 
+func signIn(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("X-Password") != "right" { // your credential check
+		http.Error(w, "wrong user or password", http.StatusUnauthorized)
+		return
+	}
+	w.Write([]byte("welcome"))
+}
+
 func main() {
-	h, err := newRouter(os.Getenv("INTERNAL_TOKEN"))
+	h, err := newRouter(os.Getenv("INTERNAL_TOKEN"), production)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -2,47 +2,73 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 )
 
 const token = "chi-example-token-0123456789abcdef"
 
+// statuses serves n requests through h from the load balancer at 10.0.0.1
+// and returns their statuses. fields are header name, value pairs.
+func statuses(h http.Handler, method, path, xff string, n int, fields ...string) string {
+	var codes []int
+	for range n {
+		r := httptest.NewRequest(method, path, nil)
+		r.RemoteAddr = "10.0.0.1:443" // the load balancer
+		r.Header.Set("X-Forwarded-For", xff)
+		for i := 0; i+1 < len(fields); i += 2 {
+			r.Header.Set(fields[i], fields[i+1])
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		codes = append(codes, w.Code)
+	}
+	return fmt.Sprint(codes)
+}
+
 func TestRouter(t *testing.T) {
-	h, err := newRouter(token)
+	h, err := newRouter(token, limits{global: 100, globalPer: time.Hour, failedLogin: 5, loginPer: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	do := func(method, path, xff, auth string, n int) string {
-		var codes []int
-		for range n {
-			r := httptest.NewRequest(method, path, nil)
-			r.RemoteAddr = "10.0.0.1:443" // the load balancer
-			r.Header.Set("X-Forwarded-For", xff)
-			if auth != "" {
-				r.Header.Set("Authorization", auth)
-			}
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, r)
-			codes = append(codes, w.Code)
-		}
-		return fmt.Sprint(codes)
-	}
 	tests := []struct {
-		name, method, path, xff, auth string
-		n                             int
-		want                          string
+		name, method, path, xff string
+		fields                  []string
+		n                       int
+		want                    string
 	}{
-		{"login is limited per client, behind the proxy", "POST", "/login", "6.6.6.6, 203.0.113.9", "", 6, "[200 200 200 200 200 429]"},
-		{"a spoofed leftmost address does not reset the login budget", "POST", "/login", "7.7.7.7, 203.0.113.9", "", 1, "[429]"},
-		{"another client has its own budget", "POST", "/login", "203.0.113.10", "", 1, "[200]"},
-		{"internal route with the token", "PUT", "/internal/agents/42/progress", "10.0.0.5", "Bearer " + token, 3, "[200 200 200]"},
-		{"internal route with a forged token", "PUT", "/internal/agents/42/progress", "203.0.113.11", "Bearer forged-token-000000000000", 1, "[401]"},
-		{"public route", "GET", "/sites", "203.0.113.12", "", 2, "[200 200]"},
+		{"successful logins are refunded", "POST", "/login", "6.6.6.6, 203.0.113.9", []string{"X-Password", "right"}, 8, "[200 200 200 200 200 200 200 200]"},
+		{"failed logins are counted per client, behind the proxy", "POST", "/login", "6.6.6.6, 203.0.113.9", nil, 6, "[401 401 401 401 401 429]"},
+		{"a spoofed leftmost address does not reset the login budget", "POST", "/login", "7.7.7.7, 203.0.113.9", nil, 1, "[429]"},
+		{"another client has its own budget", "POST", "/login", "203.0.113.10", nil, 1, "[401]"},
+		{"internal route with the token", "PUT", "/internal/agents/42/progress", "10.0.0.5", []string{"Authorization", "Bearer " + token}, 3, "[200 200 200]"},
+		{"internal route with a forged token", "PUT", "/internal/agents/42/progress", "203.0.113.11", []string{"Authorization", "Bearer forged-token-000000000000"}, 1, "[401]"},
+		{"an unmatched internal path needs the token too", "GET", "/internal/unknown", "203.0.113.11", nil, 1, "[401]"},
+		{"public route", "GET", "/sites", "203.0.113.12", nil, 2, "[200 200]"},
 	}
 	for _, tc := range tests {
-		if got := do(tc.method, tc.path, tc.xff, tc.auth, tc.n); got != tc.want {
+		if got := statuses(h, tc.method, tc.path, tc.xff, tc.n, tc.fields...); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestUseLimitsUnmatchedRequests(t *testing.T) {
+	// chi runs r.Use middleware for every request, so 404 and 405 probes
+	// spend the global budget like any other request.
+	h, err := newRouter(token, limits{global: 3, globalPer: time.Hour, failedLogin: 3, loginPer: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := statuses(h, "GET", "/no-such-path", "203.0.113.13", 3), "[404 404 404]"; got != want {
+		t.Errorf("404 probes: %s, want %s", got, want)
+	}
+	if got, want := statuses(h, "DELETE", "/sites", "203.0.113.13", 1), "[429]"; got != want {
+		t.Errorf("a 405 probe once the budget is spent: %s, want %s", got, want)
+	}
+	if got, want := statuses(h, "DELETE", "/sites", "203.0.113.14", 1), "[405]"; got != want {
+		t.Errorf("another client: %s, want %s", got, want)
 	}
 }

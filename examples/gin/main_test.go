@@ -1,0 +1,194 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/addrlimit/addrlimit"
+	"github.com/gin-gonic/gin"
+)
+
+const token = "gin-example-token-0123456789abcdef"
+
+// small budgets: 3 requests and 3 failed logins per hour, so that nothing
+// refills while a test runs, however loaded the machine.
+var small = limits{global: 3, globalPer: time.Hour, failedLogin: 3, loginPer: time.Hour}
+
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.TestMode)
+	os.Exit(m.Run())
+}
+
+// send makes n requests from client (behind the proxy on 127.0.0.1) to srv
+// and returns their statuses, and the last response.
+func send(t *testing.T, srv *httptest.Server, method, path, client string, n int, fields ...string) (string, *http.Response, string) {
+	t.Helper()
+	var got []int
+	var last *http.Response
+	var body []byte
+	for range n {
+		r, err := http.NewRequest(method, srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("X-Forwarded-For", client)
+		for i := 0; i+1 < len(fields); i += 2 {
+			r.Header.Set(fields[i], fields[i+1])
+		}
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got, last = append(got, resp.StatusCode), resp
+	}
+	return fmt.Sprint(got), last, string(body)
+}
+
+func statuses(t *testing.T, srv *httptest.Server, method, path, client string, n int, fields ...string) string {
+	t.Helper()
+	s, _, _ := send(t, srv, method, path, client, n, fields...)
+	return s
+}
+
+func newServer(t *testing.T, l limits) *httptest.Server {
+	t.Helper()
+	e, err := newEngine(token, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestFailedLoginsAreCountedAndSuccessesRefunded(t *testing.T) {
+	srv := newServer(t, limits{global: 100, globalPer: time.Hour, failedLogin: 3, loginPer: time.Hour})
+	const client = "203.0.113.4"
+	if got, want := statuses(t, srv, "POST", "/login", client, 10, "X-Password", "right"), "[200 200 200 200 200 200 200 200 200 200]"; got != want {
+		t.Errorf("successful logins: %s, want %s (refunded)", got, want)
+	}
+	if got, want := statuses(t, srv, "POST", "/login", client, 5, "X-Password", "wrong"), "[401 401 401 429 429]"; got != want {
+		t.Errorf("failed logins: %s, want %s", got, want)
+	}
+}
+
+func TestStatusWithoutBodyIsCounted(t *testing.T) {
+	// c.Status sets a status that gin writes only after the handlers
+	// returned: the middleware cannot know it was a success, so it counts.
+	lim, err := addrlimit.New(2, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := gin.New()
+	e.POST("/login", limit(lim, func(status int) bool { return status < 400 }), func(c *gin.Context) { c.Status(http.StatusNoContent) })
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	if got, want := statuses(t, srv, "POST", "/login", "", 3), "[204 204 429]"; got != want {
+		t.Errorf("%s, want %s", got, want)
+	}
+}
+
+func TestNetHTTPLimiterAdaptedIntoGinNeverRefunds(t *testing.T) {
+	// The trap of issue 18: a limiter WithRefund adapted into gin sees
+	// nothing written (gin handlers write to c.Writer, after the adapter
+	// returned). It used to take that for 200 and refund every failed
+	// login: [401 401 401 401 401]. Now nothing written is counted, so
+	// the budget holds; use limit(lim, refund) to refund successes.
+	lim, err := addrlimit.New(3, time.Hour, addrlimit.WithRefund(func(status int) bool { return status < 400 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := gin.New()
+	e.POST("/login", guard(lim.Handler), signIn)
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	if got, want := statuses(t, srv, "POST", "/login", "", 5, "X-Password", "wrong"), "[401 401 401 429 429]"; got != want {
+		t.Errorf("failed logins: %s, want %s", got, want)
+	}
+}
+
+func TestLimiterAroundTheWholeEngineSeesWhatGinWrites(t *testing.T) {
+	lim, err := addrlimit.New(3, time.Hour, addrlimit.WithRefund(func(status int) bool { return status < 400 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := gin.New()
+	e.POST("/login", signIn)
+	srv := httptest.NewServer(lim.Handler(e))
+	defer srv.Close()
+	if got, want := statuses(t, srv, "POST", "/login", "", 5, "X-Password", "right"), "[200 200 200 200 200]"; got != want {
+		t.Errorf("successful logins: %s, want %s (refunded)", got, want)
+	}
+	if got, want := statuses(t, srv, "POST", "/login", "", 5, "X-Password", "wrong"), "[401 401 401 429 429]"; got != want {
+		t.Errorf("failed logins: %s, want %s", got, want)
+	}
+}
+
+func TestGinMiddlewareAnswersLikeHandler(t *testing.T) {
+	// The same limiter configuration as net/http middleware and as gin
+	// middleware: same statuses, same fields, same body.
+	newLim := func() *addrlimit.Limiter {
+		lim, err := addrlimit.New(2, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lim
+	}
+	e := gin.New()
+	e.Use(limit(newLim(), nil))
+	e.GET("/sites", func(c *gin.Context) { c.String(http.StatusOK, "[]") })
+	viaGin := httptest.NewServer(e)
+	defer viaGin.Close()
+	viaHandler := httptest.NewServer(newLim().Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "[]")
+	})))
+	defer viaHandler.Close()
+	for i := range 3 {
+		wantCodes, want, wantBody := send(t, viaHandler, "GET", "/sites", "", 1)
+		gotCodes, got, gotBody := send(t, viaGin, "GET", "/sites", "", 1)
+		if gotCodes != wantCodes || gotBody != wantBody {
+			t.Errorf("request %d: %s %q, want %s %q", i+1, gotCodes, gotBody, wantCodes, wantBody)
+		}
+		for _, f := range []string{"RateLimit", "RateLimit-Policy", "Retry-After", "Cache-Control", "Content-Type", "X-Content-Type-Options"} {
+			if g, w := got.Header.Values(f), want.Header.Values(f); fmt.Sprint(g) != fmt.Sprint(w) {
+				t.Errorf("request %d: %s: %q, want %q", i+1, f, g, w)
+			}
+		}
+	}
+}
+
+func TestEngineMiddlewareLimitsUnmatchedRequests(t *testing.T) {
+	e, err := newEngine(token, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.HandleMethodNotAllowed = true // without it, gin answers a wrong method 404
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	if got, want := statuses(t, srv, "GET", "/no-such-path", "203.0.113.1", 4), "[404 404 404 429]"; got != want {
+		t.Errorf("404 probes: %s, want %s", got, want)
+	}
+	if got, want := statuses(t, srv, "DELETE", "/sites", "203.0.113.2", 4), "[405 405 405 429]"; got != want {
+		t.Errorf("405 probes: %s, want %s", got, want)
+	}
+	if got, want := statuses(t, srv, "GET", "/sites", "203.0.113.3", 4), "[200 200 200 429]"; got != want {
+		t.Errorf("matched route: %s, want %s", got, want)
+	}
+}
+
+func TestInternalRoutesNeedTheToken(t *testing.T) {
+	srv := newServer(t, small)
+	if got, want := statuses(t, srv, "PUT", "/internal/agents/7/progress", "10.0.0.5", 5, "Authorization", "Bearer "+token), "[200 200 200 200 200]"; got != want {
+		t.Errorf("with the token, beyond the budget: %s, want %s", got, want)
+	}
+	if got, want := statuses(t, srv, "PUT", "/internal/agents/7/progress", "203.0.113.6", 4, "Authorization", "Bearer forged-token-0000000000000"), "[401 401 401 429]"; got != want {
+		t.Errorf("forged token: %s, want %s (guarded and counted)", got, want)
+	}
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/addrlimit/addrlimit"
+	"github.com/gorilla/mux"
+)
+
+const token = "gorilla-example-token-0123456789ab"
+
+// small budgets: 3 requests and 3 failed logins per hour, so that nothing
+// refills while a test runs, however loaded the machine.
+var small = limits{global: 3, globalPer: time.Hour, failedLogin: 3, loginPer: time.Hour}
+
+// noRedirects returns redirects as responses.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// send makes n requests from client (behind the proxy on 127.0.0.1) to srv
+// and returns their statuses.
+func send(t *testing.T, srv *httptest.Server, method, path, client string, n int, fields ...string) string {
+	t.Helper()
+	var got []int
+	for range n {
+		r, err := http.NewRequest(method, srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("X-Forwarded-For", client)
+		for i := 0; i+1 < len(fields); i += 2 {
+			r.Header.Set(fields[i], fields[i+1])
+		}
+		resp, err := noRedirects.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		got = append(got, resp.StatusCode)
+	}
+	return fmt.Sprint(got)
+}
+
+func newServer(t *testing.T, l limits) *httptest.Server {
+	t.Helper()
+	h, err := newHandler(token, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestRouterUseDoesNotLimitUnmatchedRequests(t *testing.T) {
+	// The mistake the recipe avoids: r.Use middleware runs only when a route
+	// matches.
+	lim, err := addrlimit.New(1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mux.NewRouter()
+	r.Use(lim.Handler)
+	r.HandleFunc("/sites", sites).Methods(http.MethodGet)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	if got, want := send(t, srv, "GET", "/no-such-path", "", 5), "[404 404 404 404 404]"; got != want {
+		t.Errorf("404 probes: %s, want %s", got, want)
+	}
+	if got, want := send(t, srv, "DELETE", "/sites", "", 5), "[405 405 405 405 405]"; got != want {
+		t.Errorf("405 probes: %s, want %s", got, want)
+	}
+	if got, want := send(t, srv, "GET", "//sites", "", 5), "[301 301 301 301 301]"; got != want {
+		t.Errorf("path-cleaning redirects: %s, want %s", got, want)
+	}
+	if got, want := send(t, srv, "GET", "/sites", "", 2), "[200 429]"; got != want {
+		t.Errorf("matched route: %s, want %s", got, want)
+	}
+}
+
+func TestWrappedRouterLimitsUnmatchedRequests(t *testing.T) {
+	srv := newServer(t, small)
+	if got, want := send(t, srv, "GET", "/no-such-path", "203.0.113.1", 4), "[404 404 404 429]"; got != want {
+		t.Errorf("404 probes: %s, want %s", got, want)
+	}
+	if got, want := send(t, srv, "DELETE", "/sites", "203.0.113.2", 4), "[405 405 405 429]"; got != want {
+		t.Errorf("405 probes: %s, want %s", got, want)
+	}
+	if got, want := send(t, srv, "GET", "//sites", "203.0.113.8", 4), "[301 301 301 429]"; got != want {
+		t.Errorf("path-cleaning redirects: %s, want %s", got, want)
+	}
+	if got, want := send(t, srv, "GET", "/sites", "203.0.113.3", 4), "[200 200 200 429]"; got != want {
+		t.Errorf("matched route: %s, want %s", got, want)
+	}
+}
+
+func TestLoginCountsOnlyFailures(t *testing.T) {
+	srv := newServer(t, limits{global: 100, globalPer: time.Hour, failedLogin: 3, loginPer: time.Hour})
+	const client = "203.0.113.4"
+	if got, want := send(t, srv, "POST", "/login", client, 10, "X-Password", "right"), "[200 200 200 200 200 200 200 200 200 200]"; got != want {
+		t.Errorf("successful logins: %s, want %s (refunded)", got, want)
+	}
+	if got, want := send(t, srv, "POST", "/login", client, 5, "X-Password", "wrong"), "[401 401 401 429 429]"; got != want {
+		t.Errorf("failed logins: %s, want %s", got, want)
+	}
+	if got, want := send(t, srv, "POST", "/login", "203.0.113.5", 1, "X-Password", "wrong"), "[401]"; got != want {
+		t.Errorf("another client: %s, want %s", got, want)
+	}
+}
+
+func TestInternalRoutesNeedTheToken(t *testing.T) {
+	srv := newServer(t, small)
+	if got, want := send(t, srv, "PUT", "/internal/agents/7/progress", "10.0.0.5", 5, "Authorization", "Bearer "+token), "[200 200 200 200 200]"; got != want {
+		t.Errorf("with the token, beyond the budget: %s, want %s", got, want)
+	}
+	if got, want := send(t, srv, "PUT", "/internal/agents/7/progress", "203.0.113.6", 4, "Authorization", "Bearer forged-token-0000000000000"), "[401 401 401 429]"; got != want {
+		t.Errorf("forged token: %s, want %s (guarded and counted)", got, want)
+	}
+	if got, want := send(t, srv, "GET", "/internal/unknown", "203.0.113.7", 1), "[401]"; got != want {
+		t.Errorf("unmatched internal path: %s, want %s", got, want)
+	}
+}
