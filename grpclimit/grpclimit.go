@@ -428,7 +428,9 @@ func (i *Interceptor) quotaMD(d *addrlimit.Decision) metadata.MD {
 	}
 }
 
-// ceilDiv returns d / unit rounded up, for a positive d.
+// ceilDiv returns d / unit rounded up, for a positive d; unlike
+// (d+unit-1)/unit it cannot overflow, so a Store's longest delay never
+// wraps around to a negative pushback ("do not retry") or a t of 1.
 func ceilDiv(d, unit time.Duration) int64 {
-	return int64((d + unit - 1) / unit)
+	return int64((d-1)/unit) + 1
 }
