@@ -382,6 +382,7 @@ func (i *Interceptor) decide(ctx context.Context, method string) addrlimit.Decis
 	r, _ := http.NewRequestWithContext(cc, http.MethodPost, "/", nil)
 	r.URL.Path, r.RequestURI, r.RemoteAddr = method, method, remote
 	r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/2.0", 2, 0
+	r.Body = http.NoBody // a server request's Body is never nil; predicates may rely on it
 	// metadata.FromIncomingContext would copy every key; read only two.
 	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
 		r.Header["Authorization"] = v

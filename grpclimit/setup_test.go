@@ -1,9 +1,15 @@
 package grpclimit_test
 
 import (
+	"context"
+	"net"
+	"net/http"
 	"testing"
+	"time"
 
+	"github.com/addrlimit/addrlimit"
 	"github.com/addrlimit/addrlimit/grpclimit"
+	"google.golang.org/grpc/peer"
 )
 
 // An Interceptor that New did not build (its error ignored, or a zero
@@ -26,5 +32,27 @@ func TestUnbuiltInterceptorPanicsAtSetupNotPerCall(t *testing.T) {
 				build()
 			})
 		}
+	}
+}
+
+// The described request is handed to WithExempt predicates and observers
+// written for net/http server requests, whose Body is never nil: one that
+// reads or closes it must not panic in a gRPC call.
+func TestDescribedRequestHasABody(t *testing.T) {
+	lim, err := addrlimit.New(10, time.Hour, addrlimit.WithExempt(func(r *http.Request) bool {
+		defer r.Body.Close()
+		n, _ := r.Body.Read(make([]byte, 1))
+		return n > 0
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, err := grpclimit.New(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}})
+	if ran, err := callUnary(gl, ctx); !ran || err != nil {
+		t.Fatalf("handler ran %v, error %v; want the call allowed", ran, err)
 	}
 }
