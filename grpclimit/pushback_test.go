@@ -76,3 +76,43 @@ func (s *trailerStream) SetTrailer(md metadata.MD) error {
 func grpcContextWithStream(ctx context.Context, s grpc.ServerTransportStream) context.Context {
 	return grpc.NewContextWithServerTransportStream(ctx, s)
 }
+
+// Under FailOpen a store failure lets the call through with no quota
+// metadata (the quota is unknown); under FailLocal the local bucket decides,
+// so the budget still holds and refusals still carry the pushback.
+func TestStoreFailureUnderFailOpenAndFailLocal(t *testing.T) {
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}})
+	for _, tc := range []struct {
+		policy     addrlimit.FailurePolicy
+		wantServed int
+	}{{addrlimit.FailOpen, 5}, {addrlimit.FailLocal, 2}} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			lim, _ := newLimiter(t, 2, time.Hour, addrlimit.WithStore(failingStore{}), addrlimit.WithStoreFailure(tc.policy))
+			gl, err := grpclimit.New(lim, grpclimit.WithQuotaMetadata())
+			if err != nil {
+				t.Fatal(err)
+			}
+			served := 0
+			for range 5 {
+				s := &trailerStream{}
+				ran, err := callUnary(gl, grpcContextWithStream(ctx, s))
+				switch {
+				case ran && err == nil:
+					served++
+					if tc.policy == addrlimit.FailOpen && len(s.header) != 0 {
+						t.Errorf("FailOpen: quota metadata %v sent for an unknown quota", s.header)
+					}
+				case status.Code(err) == codes.ResourceExhausted:
+					if len(s.trailer[grpclimit.PushbackTrailer]) != 1 {
+						t.Errorf("refusal without a pushback trailer: %v", s.trailer)
+					}
+				default:
+					t.Fatalf("handler ran %v, error %v", ran, err)
+				}
+			}
+			if served != tc.wantServed {
+				t.Errorf("%d of 5 calls served, want %d", served, tc.wantServed)
+			}
+		})
+	}
+}
