@@ -128,9 +128,12 @@ func (t *TrustedProxies) ClientAddr(r *http.Request) (netip.Addr, error) {
 // the peer from peer.FromContext, the values from metadata under
 // strings.ToLower(t.Header())): peer is the connection's peer address, values
 // every line of the header in order. The rules, the normalisation and the
-// errors are those of ClientAddr. The zero peer stands for a peer without an
-// IP address, such as a Unix socket: it gives ErrNoClientAddress unless
-// WithUnixSocket trusts it.
+// errors are those of ClientAddr. The zero peer stands for a Unix socket
+// peer: it gives ErrNoClientAddress unless WithUnixSocket trusts it, and then
+// the header is believed. So pass the zero peer only for a connection known
+// to be a Unix socket; for a peer whose address could not be read (a nil
+// peer, an in-memory pipe) do not call ClientAddrFrom with WithUnixSocket,
+// or a client of that transport names any address.
 func (t *TrustedProxies) ClientAddrFrom(peer netip.Addr, values []string) (netip.Addr, error) {
 	if !peer.IsValid() && !t.unix {
 		return netip.Addr{}, ErrNoClientAddress

@@ -254,7 +254,10 @@ func cmpOr[T comparable](a, b T) T {
 
 // Unary returns the unary server interceptor: it decides each call before
 // the handler runs and returns the refusal's status instead of calling it.
+// It panics if i was not built by New (a nil or zero Interceptor), so that
+// the mistake stops the server's setup instead of every call.
 func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
+	i.mustBeBuilt()
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		d := i.decide(ctx, info.FullMethod)
 		if d.Outcome == addrlimit.Exempt {
@@ -274,8 +277,9 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 
 // Stream returns the stream server interceptor: it decides each stream once,
 // when it opens, at the cost of its method, and refuses it before the
-// handler runs.
+// handler runs. It panics as Unary does if i was not built by New.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
+	i.mustBeBuilt()
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		d := i.decide(ss.Context(), info.FullMethod)
 		if d.Outcome == addrlimit.Exempt {
@@ -290,6 +294,13 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 			_ = ss.SetHeader(i.quotaMD(&d))
 		}
 		return handler(srv, ss)
+	}
+}
+
+// mustBeBuilt panics if i was not built by New.
+func (i *Interceptor) mustBeBuilt() {
+	if i == nil || i.lim == nil {
+		panic("grpclimit: Interceptor not built by New (nil or zero value)")
 	}
 }
 
@@ -371,6 +382,7 @@ func (i *Interceptor) decide(ctx context.Context, method string) addrlimit.Decis
 	r, _ := http.NewRequestWithContext(cc, http.MethodPost, "/", nil)
 	r.URL.Path, r.RequestURI, r.RemoteAddr = method, method, remote
 	r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/2.0", 2, 0
+	r.Body = http.NoBody // a server request's Body is never nil; predicates may rely on it
 	// metadata.FromIncomingContext would copy every key; read only two.
 	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
 		r.Header["Authorization"] = v
@@ -417,7 +429,9 @@ func (i *Interceptor) quotaMD(d *addrlimit.Decision) metadata.MD {
 	}
 }
 
-// ceilDiv returns d / unit rounded up, for a positive d.
+// ceilDiv returns d / unit rounded up, for a positive d; unlike
+// (d+unit-1)/unit it cannot overflow, so a Store's longest delay never
+// wraps around to a negative pushback ("do not retry") or a t of 1.
 func ceilDiv(d, unit time.Duration) int64 {
-	return int64((d + unit - 1) / unit)
+	return int64((d-1)/unit) + 1
 }

@@ -78,6 +78,18 @@ func serve(t *testing.T, lim *addrlimit.Limiter, opts []grpclimit.Option, dialOp
 	if err != nil {
 		t.Fatal(err)
 	}
+	conn, err := grpc.NewClient(serveHealth(t, gl), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dialOpts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return healthpb.NewHealthClient(conn)
+}
+
+// serveHealth starts a health server on a free loopback port, limited by
+// gl, until the test ends, and returns its address.
+func serveHealth(t *testing.T, gl *grpclimit.Interceptor) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -86,12 +98,7 @@ func serve(t *testing.T, lim *addrlimit.Limiter, opts []grpclimit.Option, dialOp
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dialOpts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return healthpb.NewHealthClient(conn)
+	return ln.Addr().String()
 }
 
 func newLimiter(t *testing.T, limit int, per time.Duration, opts ...addrlimit.Option) (*addrlimit.Limiter, *observed) {

@@ -1,0 +1,58 @@
+package grpclimit_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/grpclimit"
+	"google.golang.org/grpc/peer"
+)
+
+// An Interceptor that New did not build (its error ignored, or a zero
+// value) must fail when the server is set up, not panic in every call: grpc-go
+// does not recover a panicking interceptor, so the first call would take the
+// whole server down.
+func TestUnbuiltInterceptorPanicsAtSetupNotPerCall(t *testing.T) {
+	var nilGL *grpclimit.Interceptor
+	for name, gl := range map[string]*grpclimit.Interceptor{"nil": nilGL, "zero": {}} {
+		for kind, build := range map[string]func(){
+			"Unary":  func() { gl.Unary() },
+			"Stream": func() { gl.Stream() },
+		} {
+			t.Run(name+" "+kind, func(t *testing.T) {
+				defer func() {
+					if recover() == nil {
+						t.Errorf("%s Interceptor: %s() returned an interceptor that would panic in every call", name, kind)
+					}
+				}()
+				build()
+			})
+		}
+	}
+}
+
+// The described request is handed to WithExempt predicates and observers
+// written for net/http server requests, whose Body is never nil: one that
+// reads or closes it must not panic in a gRPC call.
+func TestDescribedRequestHasABody(t *testing.T) {
+	lim, err := addrlimit.New(10, time.Hour, addrlimit.WithExempt(func(r *http.Request) bool {
+		defer r.Body.Close()
+		n, _ := r.Body.Read(make([]byte, 1))
+		return n > 0
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, err := grpclimit.New(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}})
+	if ran, err := callUnary(gl, ctx); !ran || err != nil {
+		t.Fatalf("handler ran %v, error %v; want the call allowed", ran, err)
+	}
+}
