@@ -46,9 +46,11 @@ func WithBurst(n int) Option {
 }
 
 // WithName names the default policy (DefaultPolicyName otherwise): the name
-// appears in the RateLimit-Policy field, Decision.Policy, Stats and metrics,
-// and separates the buckets of limiters that share a Store. Give stacked
-// limiters distinct names. A name is 1 to 64 bytes of A-Z a-z 0-9 . _ -.
+// appears in the RateLimit-Policy field, Decision.Policy, Stats and the
+// metrics' "policy" label, and separates the buckets of limiters that share
+// a Store. Give stacked limiters distinct names. A name is 1 to 64 bytes of
+// A-Z a-z 0-9 . _ -. It is not the metrics' "limiter" label: that is the
+// name given to the collector (promcollector.New, otelcollector.WithName).
 func WithName(name string) Option {
 	return func(c *config) error {
 		if err := checkPolicyName(name); err != nil {
@@ -290,6 +292,19 @@ const (
 	// Retry-After and Cache-Control: no-store.
 	HeaderNone
 )
+
+// String returns "draft", "x-ratelimit" or "none".
+func (s HeaderStyle) String() string {
+	switch s {
+	case HeaderDraft:
+		return "draft"
+	case HeaderXRateLimit:
+		return "x-ratelimit"
+	case HeaderNone:
+		return "none"
+	}
+	return fmt.Sprintf("HeaderStyle(%d)", uint8(s))
+}
 
 func (s HeaderStyle) internal() (headers.Style, bool) {
 	switch s {
