@@ -430,3 +430,17 @@ func TestZeroLimiterFailsLoudlyNeverLimitsNothing(t *testing.T) {
 		})
 	}
 }
+
+func TestContextWithDecisionIsWhatTheDeniedHandlerGets(t *testing.T) {
+	var got addrlimit.Decision
+	lim := mustNew(t, 1, time.Hour, addrlimit.WithDeniedHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = addrlimit.DecisionFromContext(r.Context())
+	})))
+	h := lim.Handler(okHandler)
+	serve(h, req("192.0.2.1:1"))
+	serve(h, req("192.0.2.1:1"))
+	require.Equal(t, addrlimit.Limited, got.Outcome)
+	d, ok := addrlimit.DecisionFromContext(addrlimit.ContextWithDecision(context.Background(), got))
+	assert.True(t, ok)
+	assert.Equal(t, got, d, "a test context carries the decision as the Limiter's does")
+}

@@ -28,7 +28,8 @@ package addrlimit_test
 // workspace, so blocks of nested modules (redisstore, promcollector, …) and
 // of the third-party modules they require compile too, from the module
 // cache. The blocks are checked with go vet, which type-checks test files
-// as well. Failures name the README line.
+// as well, and the tests of test-file blocks are run. Failures name the
+// README line.
 
 import (
 	"bufio"
@@ -440,14 +441,30 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(snip, "go.mod"), []byte("module readme.snippets\n\ngo "+goVersion+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	env := append(os.Environ(), "GOWORK="+filepath.Join(work, "go.work"), "GOFLAGS=-buildvcs=false")
 	cmd := exec.Command(goBin, "vet", "./...")
 	cmd.Dir = snip
-	cmd.Env = append(os.Environ(), "GOWORK="+filepath.Join(work, "go.work"), "GOFLAGS=-buildvcs=false")
+	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	if err == nil {
-		return
+		// The README's test files are run too: what they claim must hold.
+		args := []string{"test", "-count=1"}
+		for _, p := range files {
+			if strings.HasSuffix(p.file, "_test.go") {
+				args = append(args, "./"+filepath.ToSlash(filepath.Dir(p.file)))
+			}
+		}
+		if len(args) == 2 {
+			return
+		}
+		cmd := exec.Command(goBin, args...)
+		cmd.Dir = snip
+		cmd.Env = env
+		if out, err = cmd.CombinedOutput(); err == nil {
+			return
+		}
 	}
-	// Map the compiler's positions back to README lines.
+	// Map the compiler's (or the tests') positions back to README lines.
 	reported := false
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
@@ -466,7 +483,7 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 		}
 	}
 	if !reported {
-		t.Errorf("go vet of the README's blocks failed: %v\n%s", err, out)
+		t.Errorf("the README's blocks failed (package lineN is the block whose code starts at README line N): %v\n%s", err, out)
 	}
 }
 

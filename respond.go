@@ -55,7 +55,7 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState
 	h := w.Header()
 	if l.denied != nil {
 		ps.respond(h, d)
-		l.denied.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, *d)))
+		l.denied.ServeHTTP(w, r.WithContext(ContextWithDecision(r.Context(), *d)))
 		return
 	}
 	var body []byte
@@ -78,4 +78,11 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// ContextWithDecision returns a copy of ctx that carries d, as the Limiter
+// passes it to a WithDeniedHandler handler: DecisionFromContext returns d.
+// Use it to test such a handler on its own.
+func ContextWithDecision(ctx context.Context, d Decision) context.Context {
+	return context.WithValue(ctx, decisionKey{}, d)
 }
