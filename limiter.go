@@ -174,7 +174,8 @@ func (l *Limiter) Policies() []Policy {
 // Exempt requests go straight to next, untouched. Counted requests get the
 // quota header fields; a denied one gets 429 Too Many Requests with
 // Retry-After (whole seconds, at least 1, from the bucket) and
-// Cache-Control: no-store, or the WithDeniedHandler response. Observers run
+// Cache-Control: no-store (413 Content Too Large without Retry-After for a
+// cost over the burst, see WithCost), or the WithDeniedHandler response. Observers run
 // before anything is written. It panics if next is nil.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	l.mustBeBuilt()

@@ -42,7 +42,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -324,13 +323,10 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goBin); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatal("no go command to compile the README's blocks with")
-			}
-			t.Skip("no go command")
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no go command on PATH to compile the README's blocks with")
 		}
+		t.Skip("no go command on PATH")
 	}
 	root, err := filepath.Abs(".")
 	if err != nil {
