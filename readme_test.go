@@ -18,6 +18,10 @@ package addrlimit_test
 //     counted as used: a snippet may stop once it has built what it shows.
 //     Anything else (another package, a helper function, a type) needs a
 //     complete file.
+//   - A block fenced "```go nocompile" is skipped: only for code that needs
+//     a module no module of this repository requires (say so in the text).
+//     Any other info string starting with "go" is an error, so that no
+//     block escapes by a typo.
 //   - Errors are handled: an assignment to err must be followed by a
 //     statement that reads err (if err != nil { ... }, return err, ...), and
 //     no block may discard a result with _ from a constructor (a New...,
@@ -52,20 +56,22 @@ import (
 type readmeBlock struct {
 	line int    // README line of the block's first line of code
 	code string // without the fence's indentation
+	info string // the fence's info string: "go", "go nocompile", …
 }
 
-// readmeBlocks extracts the ```go blocks of a Markdown text, also those
-// indented inside list items.
+// readmeBlocks extracts the fenced blocks of a Markdown text whose info
+// string starts with "go", also those indented inside list items.
 func readmeBlocks(md string) []readmeBlock {
 	var blocks []readmeBlock
 	lines := strings.Split(md, "\n")
 	for i := 0; i < len(lines); i++ {
 		trimmed := strings.TrimLeft(lines[i], " \t")
-		if trimmed != "```go" {
+		info, ok := strings.CutPrefix(trimmed, "```")
+		if !ok || !strings.HasPrefix(info, "go") {
 			continue
 		}
 		indent := lines[i][:len(lines[i])-len(trimmed)]
-		b := readmeBlock{line: i + 2}
+		b := readmeBlock{line: i + 2, info: strings.TrimSpace(info)}
 		var code []string
 		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
 			code = append(code, strings.TrimPrefix(lines[i], indent))
@@ -75,6 +81,9 @@ func readmeBlocks(md string) []readmeBlock {
 	}
 	return blocks
 }
+
+// readmeSkip is the info string of a block that is not compiled.
+const readmeSkip = "go nocompile"
 
 // snippetImports maps the package names a function-body block may use
 // without importing them to their import paths; repoPackages adds this
@@ -360,6 +369,15 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 	var files []placed
 	imported := map[string]bool{}
 	for _, b := range blocks {
+		switch b.info {
+		case "go":
+		case readmeSkip:
+			t.Logf("README.md:%d: not compiled (%s)", b.line, readmeSkip)
+			continue
+		default:
+			t.Errorf("README.md:%d: fence info %q: write \"go\" (compiled) or %q", b.line-1, b.info, readmeSkip)
+			continue
+		}
 		complete := isCompleteFile(b.code)
 		for _, m := range constructorDiscard.FindAllStringIndex(b.code, -1) {
 			t.Errorf("README.md:%d: a constructor's error is discarded with _; handle it (it reports a misconfiguration)", b.line+strings.Count(b.code[:m[0]], "\n"))
@@ -520,8 +538,11 @@ func TestReadmeHarnessFindsUnhandledErrors(t *testing.T) {
 	if constructorDiscard.MatchString("_, err := lim.Peek(ctx, \"\", k)") {
 		t.Error("a discarded Decision is not a discarded error")
 	}
-	blocks := readmeBlocks("text\n\n  ```go\n  x := 1\n  \tif x > 0 {}\n  ```\n")
-	if len(blocks) != 1 || blocks[0].line != 4 || blocks[0].code != "x := 1\n\tif x > 0 {}\n" {
-		t.Errorf("indented block: %+v", blocks)
+	blocks := readmeBlocks("text\n\n  ```go\n  x := 1\n  \tif x > 0 {}\n  ```\n\n```golang\ny\n```\n```gopher\n```\n```text\nz\n```\n")
+	if len(blocks) != 3 || blocks[0].line != 4 || blocks[0].code != "x := 1\n\tif x > 0 {}\n" || blocks[0].info != "go" {
+		t.Fatalf("blocks: %+v", blocks)
+	}
+	if blocks[1].info != "golang" || blocks[2].info != "gopher" {
+		t.Errorf("fences that look like Go are found, to be refused: %+v", blocks[1:])
 	}
 }
