@@ -82,9 +82,10 @@ type policyState struct {
 }
 
 // DefaultMaxKeys is the default capacity of the exact bucket table of each
-// policy: at most 20 B per key of capacity, about 21 MB when full (an
-// address flood past the cap adds the approximate memory, at most 64 B per
-// key of capacity; see "Memory" in the README). Buckets are dropped once they have
+// policy: about 23 MB of heap when full (22 B per key of capacity,
+// measured by TestDefaultMaxKeysMemory); an address flood past the cap adds
+// the approximate memory, at most 64 B per key of capacity (see "Memory" in
+// the README). Buckets are dropped once they have
 // refilled, so the table holds only the clients seen within one full refill
 // time (60 s for 300/min), and this many distinct clients in that time is far
 // beyond normal load.
