@@ -27,7 +27,7 @@ func (ps *policyState) respond(h http.Header, d *Decision) {
 // the bucket (RateLimit's t is its wait for one token, whatever the request
 // costs), Retry-After the request (its wait for its cost).
 func (ps *policyState) state(d *Decision) headers.State {
-	next := time.Duration(0)
+	var next time.Duration
 	if d.Remaining <= 0 {
 		// GCRA: the bucket holds a whole token once it is burst-1 tokens
 		// from full.
@@ -48,9 +48,9 @@ func (ps *policyState) state(d *Decision) headers.State {
 // fixed body, or 413 Content Too Large without Retry-After for a cost above
 // the burst (ErrCostOverBurst: it can never be paid), or 503 Service
 // Unavailable when the quota is unknown because the store failed under
-// FailClosed. The body never says anything about the
-// key, the store or the error. The default response allocates nothing: its
-// fields come from the policy's header arena, its body is shared.
+// FailClosed. The body never says anything about the key, the store or the
+// error. The default response allocates nothing: its fields come from the
+// policy's header arena, its body is shared.
 func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState, d *Decision) {
 	h := w.Header()
 	if l.denied != nil {

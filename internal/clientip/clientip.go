@@ -66,14 +66,11 @@ var NAT64Prefix = netip.MustParsePrefix("64:ff9b::/96")
 // not recognised: their length, and so where the IPv4 bits sit, is chosen by
 // each operator and cannot be read from the address.
 func EmbeddedIPv4(a netip.Addr) (netip.Addr, bool) {
-	if !a.Is6() || a.Is4In6() {
+	if !NAT64Prefix.Contains(a) {
 		return netip.Addr{}, false
 	}
 	b := a.As16()
-	if b[0] != 0 || b[1] != 0x64 || b[2] != 0xff || b[3] != 0x9b || b[4]|b[5]|b[6]|b[7]|b[8]|b[9]|b[10]|b[11] != 0 {
-		return netip.Addr{}, false
-	}
-	return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}), true
+	return netip.AddrFrom4([4]byte(b[12:])), true
 }
 
 // Resolve returns the client address for a request from peer (normalised,
