@@ -290,7 +290,7 @@ func fuzzResolver(f *testing.F, header, appended string, seeds ...string) {
 }
 
 func FuzzXForwardedFor(f *testing.F) {
-	fuzzResolver(f, "X-Forwarded-For", "203.0.113.9", "1.2.3.4", "10.0.0.2, garbage", "[::1]:80, unknown", ",,,", "2001:db8::1")
+	fuzzResolver(f, "X-Forwarded-For", "203.0.113.9", "1.2.3.4", "10.0.0.2, garbage", "[::1]:80, unknown", ",,,", "2001:db8::1", "64:ff9b::a00:2, 64:ff9b::c000:201")
 }
 
 func FuzzForwarded(f *testing.F) {
