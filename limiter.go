@@ -82,8 +82,9 @@ type policyState struct {
 }
 
 // DefaultMaxKeys is the default capacity of the exact bucket table of each
-// policy: about 23 MB of heap when full (22 B per key of capacity,
-// measured by TestDefaultMaxKeysMemory); an address flood past the cap adds
+// policy: about 23 MB of heap when full (22 B per key of capacity: 20 B of
+// slots, rounded up to whole pages by the allocator; measured by
+// TestDefaultMaxKeysMemory); an address flood past the cap adds
 // the approximate memory, at most 64 B per key of capacity (see "Memory" in
 // the README). Buckets are dropped once they have
 // refilled, so the table holds only the clients seen within one full refill
