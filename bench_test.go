@@ -77,15 +77,7 @@ func BenchmarkAllowed(b *testing.B) {
 	}
 }
 
-func styleName(s addrlimit.HeaderStyle) string {
-	switch s {
-	case addrlimit.HeaderDraft:
-		return "draft"
-	case addrlimit.HeaderXRateLimit:
-		return "x-ratelimit"
-	}
-	return "none"
-}
+func styleName(s addrlimit.HeaderStyle) string { return s.String() }
 
 // BenchmarkAllowedDraining: one address draining a bucket of 10^9 that
 // refills one token per second, so every response reports a new remaining

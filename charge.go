@@ -168,8 +168,8 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, kb []byte, ks str
 
 // refuseCost refuses a cost that no bucket of ps can ever pay, charging
 // nothing. The decision reports the bucket's state (from the store, or the
-// local bucket if the store fails) and, as RetryAfter, a full refill: no
-// retry can succeed, so the client is told the longest wait there is.
+// local bucket if the store fails), Cost > Limit, and a zero RetryAfter: no
+// wait makes the request possible, so none is promised.
 func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, kb []byte, ks string, n int, err error, d *Decision) {
 	l.keyErrors.Inc()
 	ps.limited.Inc()
@@ -181,7 +181,7 @@ func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, kb []byte, ks
 	}
 	d.set(ps, res)
 	d.Outcome, d.Cost, d.DryRun = Limited, n, l.dryRun
-	d.RetryAfter = time.Duration(ps.Burst) * ps.Interval
+	d.RetryAfter = 0
 	d.Err = errors.Join(err, ErrCostOverBurst)
 }
 

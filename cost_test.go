@@ -1,10 +1,16 @@
 package addrlimit_test
 
 import (
+	"context"
+	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -56,8 +62,8 @@ func TestCostOutOfRange(t *testing.T) {
 		{"0", 200, addrlimit.ErrInvalidCost, 1},
 		{"-5", 200, addrlimit.ErrInvalidCost, 1},
 		{"-9223372036854775808", 200, addrlimit.ErrInvalidCost, 1},
-		{"11", 429, addrlimit.ErrCostOverBurst, 0},
-		{"9223372036854775807", 429, addrlimit.ErrCostOverBurst, 0},
+		{"11", 413, addrlimit.ErrCostOverBurst, 0},
+		{"9223372036854775807", 413, addrlimit.ErrCostOverBurst, 0},
 	} {
 		t.Run(tc.cost, func(t *testing.T) {
 			var got addrlimit.Decision
@@ -67,11 +73,90 @@ func TestCostOutOfRange(t *testing.T) {
 			require.Equal(t, tc.code, w.Code)
 			require.ErrorIs(t, got.Err, tc.err)
 			assert.NotContains(t, w.Body.String(), "cost", "no error text reaches the client")
-			if tc.code == 429 {
-				assert.Equal(t, "3600", w.Header().Get("Retry-After"), "a cost over the burst waits for a full bucket")
+			if tc.code == 413 {
+				assert.Empty(t, w.Header().Values("Retry-After"), "a cost over the burst is promised no later success")
+				assert.Equal(t, `"default";r=10;t=0`, w.Header().Get("RateLimit"), "the quota fields still describe the bucket")
+				assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
+				assert.Equal(t, "content too large\n", w.Body.String())
+				assert.Zero(t, got.RetryAfter, "Decision.RetryAfter of a cost over the burst")
+				assert.Greater(t, got.Cost, got.Limit, "the decision tells a cost over the burst by Cost > Limit")
 			}
 			d := lim.Allow(req("192.0.2.1:1"))
 			assert.Equal(t, 10-tc.charged-1, d.Remaining, "charged %d", tc.charged)
 		})
 	}
+}
+
+func TestCostOverBurstFromAllowKeyAndDeniedHandler(t *testing.T) {
+	var seen http.Header
+	lim := mustNew(t, 5, time.Minute, addrlimit.WithDeniedHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = w.Header().Clone()
+		w.WriteHeader(http.StatusTooManyRequests)
+	})), addrlimit.WithCost(costFromHeader))
+	d := lim.AllowKey(context.Background(), "", "k", 6)
+	assert.Equal(t, addrlimit.Limited, d.Outcome)
+	assert.ErrorIs(t, d.Err, addrlimit.ErrCostOverBurst)
+	assert.Zero(t, d.RetryAfter, "no wait makes a cost over the burst possible")
+	serve(lim.Handler(okHandler), req("192.0.2.1:1", "X-Cost", "6"))
+	assert.Empty(t, seen.Values("Retry-After"), "a denied handler gets no Retry-After for a cost over the burst")
+	assert.Equal(t, `"default";r=5;t=0`, seen.Get("RateLimit"))
+}
+
+// TestRateLimitTDescribesTheBucketRetryAfterTheRequest replays requests of
+// several costs against x/time/rate: RateLimit's t is the bucket's wait for
+// one token (0 while r > 0) whatever the request costs, Retry-After the
+// request's wait for its cost.
+func TestRateLimitTDescribesTheBucketRetryAfterTheRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const burst, per = 6, time.Minute // one token per 10 s
+		lim := mustNew(t, burst, per, addrlimit.WithCost(costFromHeader))
+		h := lim.Handler(okHandler)
+		ref := rate.NewLimiter(rate.Every(per/burst), burst)
+		ceilSec := func(tokens float64) int { // seconds for the reference bucket to gain tokens, rounded up
+			return int(math.Ceil(tokens*10 - 1e-6))
+		}
+		// The two cases of the issue first, then a mixed sequence.
+		steps := []struct {
+			sleep time.Duration
+			cost  int
+		}{
+			{0, 6}, {0, 3}, // empty bucket, cost 3: t=10, Retry-After 30
+			{20 * time.Second, 3}, // 2 left, cost 3: t=0, Retry-After 10
+		}
+		for i := range 40 {
+			steps = append(steps, struct {
+				sleep time.Duration
+				cost  int
+			}{time.Duration(i%7) * 1300 * time.Millisecond, 1 + i*5%burst})
+		}
+		for i, st := range steps {
+			time.Sleep(st.sleep)
+			now := time.Now()
+			w := serve(h, req("192.0.2.1:1", "X-Cost", strconv.Itoa(st.cost)))
+			tokensBefore := ref.TokensAt(now)
+			allowed := ref.AllowN(now, st.cost)
+			require.Equal(t, allowed, w.Code == 200, "step %d: code %d, x/time/rate allows: %v", i, w.Code, allowed)
+			tokens := ref.TokensAt(now)
+			r := int(math.Floor(tokens + 1e-9))
+			wantT := 0
+			if r == 0 {
+				wantT = max(ceilSec(1-tokens), 1)
+			}
+			assert.Equal(t, fmt.Sprintf(`"default";r=%d;t=%d`, r, wantT), w.Header().Get("RateLimit"), "step %d (cost %d)", i, st.cost)
+			if !allowed {
+				assert.Equal(t, strconv.Itoa(max(ceilSec(float64(st.cost)-tokensBefore), 1)), w.Header().Get("Retry-After"), "step %d (cost %d)", i, st.cost)
+			}
+		}
+		// The two cases the issue names, explicitly.
+		lim = mustNew(t, burst, per, addrlimit.WithCost(costFromHeader))
+		h = lim.Handler(okHandler)
+		serve(h, req("192.0.2.1:1", "X-Cost", "6"))
+		w := serve(h, req("192.0.2.1:1", "X-Cost", "3"))
+		assert.Equal(t, `"default";r=0;t=10`, w.Header().Get("RateLimit"), "empty bucket: a cost-1 request could go in 10 s")
+		assert.Equal(t, "30", w.Header().Get("Retry-After"), "this request needs 3 tokens: 30 s")
+		time.Sleep(20 * time.Second)
+		w = serve(h, req("192.0.2.1:1", "X-Cost", "3"))
+		assert.Equal(t, `"default";r=2;t=0`, w.Header().Get("RateLimit"), "2 tokens left")
+		assert.Equal(t, "10", w.Header().Get("Retry-After"), "one more token for this request: 10 s")
+	})
 }

@@ -52,9 +52,10 @@ type Decision struct {
 	// Limit is the bucket capacity (the burst); Remaining the whole tokens
 	// left after this request.
 	Limit, Remaining int
-	// RetryAfter is, for a Limited request, when to retry; for an allowed
-	// one, the time until the bucket holds a whole token again, which is zero
-	// while Remaining > 0.
+	// RetryAfter is, for a Limited request, when to retry (zero for a cost
+	// over the burst, Cost > Limit, which no wait makes possible); for an
+	// allowed one, the time until the bucket holds a whole token again, which
+	// is zero while Remaining > 0.
 	RetryAfter time.Duration
 	// ResetAfter is the time until the bucket is full again.
 	ResetAfter time.Duration

@@ -38,7 +38,7 @@ func ExampleWithCost() {
 		if err != nil {
 			return 1
 		}
-		return n // below 1 is charged 1; above the burst is refused
+		return n // below 1 is charged 1; above the burst is refused: 413, no Retry-After
 	}))
 	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for _, items := range []string{"30", "50", "30", "500"} {
@@ -50,7 +50,7 @@ func ExampleWithCost() {
 	// 30 200 "default";r=70;t=0 retry=""
 	// 50 200 "default";r=20;t=0 retry=""
 	// 30 429 "default";r=20;t=0 retry="6"
-	// 500 429 "default";r=20;t=0 retry="60"
+	// 500 413 "default";r=20;t=0 retry=""
 }
 
 // WithRefund counts only failed logins: every attempt is charged before the

@@ -26,12 +26,33 @@ const (
 // logs, URLs and client-side code) and rotate it by configuring the new
 // secret next to the old one until every caller has switched.
 //
-// An InternalToken keeps only SHA-256 digests of its secrets, and prints as
-// "InternalToken(N secrets)" whatever the fmt verb, so it cannot leak them
-// into a log. It is immutable and safe for concurrent use.
+// An InternalToken keeps only SHA-256 digests of its secrets, behind a
+// pointer, and prints as "InternalToken(N secrets)" whatever the fmt verb or
+// slog handler, as a value or a pointer, so it cannot leak them into a log;
+// a struct that holds it in an unexported field, where fmt cannot call its
+// methods, shows that pointer's address and no digest. The zero
+// InternalToken matches nothing. It is immutable and safe for concurrent
+// use.
 type InternalToken struct {
-	digests [][sha256.Size]byte // accepted secrets
-	retired [][sha256.Size]byte // recognised, never accepted
+	s *tokenSecrets
+}
+
+// tokenSecrets are the digests of an InternalToken. Each digest sits behind
+// a pointer because fmt prints a nested pointer as an address: no
+// formatting of a value holding an InternalToken, even one that bypasses its
+// methods (an unexported field) or a verb fmt rejects (which dereferences
+// one pointer), reaches the bytes.
+type tokenSecrets struct {
+	digests []*[sha256.Size]byte // accepted secrets
+	retired []*[sha256.Size]byte // recognised, never accepted
+}
+
+// secrets returns t's digests (none for the zero InternalToken).
+func (t InternalToken) secrets() tokenSecrets {
+	if t.s == nil {
+		return tokenSecrets{}
+	}
+	return *t.s
 }
 
 // NewInternalToken returns a token that accepts any of secrets (several during
@@ -46,7 +67,7 @@ func NewInternalToken(secrets ...string) (*InternalToken, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &InternalToken{digests: digests}, nil
+	return &InternalToken{&tokenSecrets{digests: digests}}, nil
 }
 
 // WithRetired returns a copy of t that also recognises secrets that are no
@@ -65,20 +86,21 @@ func (t *InternalToken) WithRetired(secrets ...string) (*InternalToken, error) {
 	if err != nil {
 		return nil, err
 	}
+	cur := t.secrets()
 	for i, r := range retired {
-		for _, d := range t.digests {
-			if r == d {
+		for _, d := range cur.digests {
+			if *r == *d {
 				return nil, fmt.Errorf("addrlimit: retired secret %d of %d is also an accepted secret", i+1, len(secrets))
 			}
 		}
 	}
-	return &InternalToken{digests: t.digests, retired: append(t.retired[:len(t.retired):len(t.retired)], retired...)}, nil
+	return &InternalToken{&tokenSecrets{digests: cur.digests, retired: append(cur.retired[:len(cur.retired):len(cur.retired)], retired...)}}, nil
 }
 
 // digestSecrets validates secrets and returns their digests. Errors say
 // which secret is wrong and why, never what it is.
-func digestSecrets(what string, secrets []string) ([][sha256.Size]byte, error) {
-	digests := make([][sha256.Size]byte, len(secrets))
+func digestSecrets(what string, secrets []string) ([]*[sha256.Size]byte, error) {
+	digests := make([]*[sha256.Size]byte, len(secrets))
 	for i, s := range secrets {
 		switch {
 		case s == "":
@@ -90,32 +112,33 @@ func digestSecrets(what string, secrets []string) ([][sha256.Size]byte, error) {
 		case !isB64Token(s):
 			return nil, fmt.Errorf("addrlimit: internal token %s %d of %d has a character outside RFC 6750 b64token (A-Z a-z 0-9 - . _ ~ + / then = padding; check for spaces or a trailing newline)", what, i+1, len(secrets))
 		}
-		digests[i] = sha256.Sum256([]byte(s))
+		d := sha256.Sum256([]byte(s))
+		digests[i] = &d
 	}
 	return digests, nil
 }
 
 // String returns "InternalToken(N secrets)" (retired ones counted apart),
-// never anything derived from a secret.
-func (t *InternalToken) String() string {
-	if t == nil {
-		return "InternalToken(nil)"
+// never anything derived from a secret. Its receiver, like those of Format,
+// GoString and LogValue, is a value, so a token held by value prints the same
+// as a pointer to one (fmt prints a nil pointer as "<nil>").
+func (t InternalToken) String() string {
+	s := t.secrets()
+	if len(s.retired) > 0 {
+		return fmt.Sprintf("InternalToken(%d secrets, %d retired)", len(s.digests), len(s.retired))
 	}
-	if len(t.retired) > 0 {
-		return fmt.Sprintf("InternalToken(%d secrets, %d retired)", len(t.digests), len(t.retired))
-	}
-	return fmt.Sprintf("InternalToken(%d secrets)", len(t.digests))
+	return fmt.Sprintf("InternalToken(%d secrets)", len(s.digests))
 }
 
 // Format prints String for every verb (%v, %+v, %#v, %s, %x, …), so that no
 // formatting of a token or of a struct holding one reveals digests.
-func (t *InternalToken) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, t.String()) }
+func (t InternalToken) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, t.String()) }
 
 // GoString returns String.
-func (t *InternalToken) GoString() string { return t.String() }
+func (t InternalToken) GoString() string { return t.String() }
 
 // LogValue makes log/slog print String.
-func (t *InternalToken) LogValue() slog.Value { return slog.StringValue(t.String()) }
+func (t InternalToken) LogValue() slog.Value { return slog.StringValue(t.String()) }
 
 // Match reports whether r carries exactly one Authorization header field of
 // the form "Bearer <token>" (scheme in any case) with a token equal to one of
@@ -154,14 +177,17 @@ func (t *InternalToken) classify(authorization []string) tokenClass {
 	if !ok {
 		return tokenNone
 	}
+	if t.s == nil {
+		return tokenNone
+	}
 	var buf [MaxTokenLen]byte
 	d := sha256.Sum256(buf[:copy(buf[:], tok)])
 	accepted, retired := 0, 0
-	for i := range t.digests {
-		accepted |= subtle.ConstantTimeCompare(d[:], t.digests[i][:])
+	for i := range t.s.digests {
+		accepted |= subtle.ConstantTimeCompare(d[:], t.s.digests[i][:])
 	}
-	for i := range t.retired {
-		retired |= subtle.ConstantTimeCompare(d[:], t.retired[i][:])
+	for i := range t.s.retired {
+		retired |= subtle.ConstantTimeCompare(d[:], t.s.retired[i][:])
 	}
 	switch {
 	case accepted == 1:

@@ -207,20 +207,56 @@ func TestWithRetiredErrors(t *testing.T) {
 func TestInternalTokenPrintsNoSecretMaterial(t *testing.T) {
 	tok, err := mustToken(t, secret, "second-secret-0123456789abcdef").WithRetired(retiredSecret)
 	require.NoError(t, err)
-	holder := struct{ Tok *addrlimit.InternalToken }{tok}
-	var logged bytes.Buffer
-	slog.New(slog.NewTextHandler(&logged, nil)).Info("config", "token", tok)
-	outputs := []string{logged.String()}
-	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%x", "%X", "%q", "%d"} {
-		outputs = append(outputs, fmt.Sprintf(verb, tok), fmt.Sprintf(verb, holder))
+	const want = "InternalToken(2 secrets, 1 retired)"
+	type byValue struct{ Tok addrlimit.InternalToken }
+	type byPointer struct{ Tok *addrlimit.InternalToken }
+	type hidden struct{ tok addrlimit.InternalToken } // fmt cannot call its methods
+	type hiddenPointer struct{ tok *addrlimit.InternalToken }
+	values := []struct {
+		name    string
+		v       any
+		printed bool // fmt reaches the token's methods
+	}{
+		{"value", *tok, true},
+		{"pointer", tok, true},
+		{"struct holding a value", byValue{*tok}, true},
+		{"struct holding a pointer", byPointer{tok}, true},
+		{"pointer to a struct holding a value", &byValue{*tok}, true},
+		{"pointer to a struct holding a pointer", &byPointer{tok}, true},
+		{"slice of values", []addrlimit.InternalToken{*tok}, true},
+		{"map of values", map[string]addrlimit.InternalToken{"k": *tok}, true},
+		{"unexported value field", hidden{*tok}, false},
+		{"unexported pointer field", hiddenPointer{tok}, false},
+		{"pointer to an unexported value field", &hidden{*tok}, false},
 	}
-	for _, out := range outputs {
-		assert.Contains(t, out, "InternalToken(2 secrets, 1 retired)")
-		for _, s := range []string{secret, retiredSecret} {
-			d := sha256.Sum256([]byte(s))
-			assert.NotContains(t, out, s)
-			assert.NotContains(t, out, hex.EncodeToString(d[:4]))
-			assert.NotContains(t, out, fmt.Sprint(d[0], " ", d[1], " ", d[2]), "digest bytes in decimal")
+	for _, v := range values {
+		var outputs []string
+		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%x", "%X", "%q", "%d"} {
+			outputs = append(outputs, fmt.Sprintf(verb, v.v))
+		}
+		for _, h := range []func(*bytes.Buffer) slog.Handler{
+			func(b *bytes.Buffer) slog.Handler { return slog.NewTextHandler(b, nil) },
+			func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, nil) },
+		} {
+			var logged bytes.Buffer
+			slog.New(h(&logged)).Info("config", "token", v.v)
+			outputs = append(outputs, logged.String())
+		}
+		for i, out := range outputs {
+			if v.printed && i < 8 {
+				assert.Contains(t, out, want, "%s, output %d", v.name, i)
+			}
+			for _, s := range []string{secret, "second-secret-0123456789abcdef", retiredSecret} {
+				d := sha256.Sum256([]byte(s))
+				assert.NotContains(t, out, s, v.name)
+				assert.NotContains(t, strings.ToLower(out), hex.EncodeToString(d[:4]), "%s: digest bytes in hex: %s", v.name, out)
+				assert.NotContains(t, out, fmt.Sprint(d[0], " ", d[1], " ", d[2]), "%s: digest bytes in decimal: %s", v.name, out)
+				assert.NotContains(t, out, fmt.Sprint(d[0], ", ", d[1], ", ", d[2]), "%s: digest bytes in Go syntax: %s", v.name, out)
+				assert.NotContains(t, out, fmt.Sprintf("0x%x, 0x%x", d[0], d[1]), "%s: digest bytes in Go syntax: %s", v.name, out)
+			}
 		}
 	}
+	var zero addrlimit.InternalToken
+	assert.Equal(t, "InternalToken(0 secrets)", zero.String())
+	assert.False(t, zero.Match(req("10.0.0.1:1", "Authorization", "Bearer "+secret)), "the zero token matches nothing")
 }

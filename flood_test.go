@@ -4,10 +4,12 @@ package addrlimit_test
 // would, with the public API only (issue 11). Time is synctest's fake clock.
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"runtime"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -229,4 +231,30 @@ func TestFloodHeapGrowth(t *testing.T) {
 	capped, huge := small(1000), small(100_000_000)
 	t.Logf("a limiter with 10 clients: %d B at WithMaxKeys(1000), %d B at WithMaxKeys(1e8)", capped, huge)
 	assert.InDelta(t, float64(capped), float64(huge), 32<<10, "up-front allocation grows with the cap")
+}
+
+// DefaultMaxKeys's doc promises about 23 MB for a full exact table: 900,000
+// keys (86 % of the cap, by which the tables have grown to full size, and
+// far enough below it that no shard evicts) cost at most 24 B per key of
+// capacity (22 B measured).
+func TestDefaultMaxKeysMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a table of a million keys")
+	}
+	const n = 900_000
+	lim := mustNew(t, 10, time.Hour)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = strconv.Itoa(i)
+	}
+	before := heapInUse()
+	for _, k := range keys {
+		lim.AllowKey(context.Background(), "", k, 1)
+	}
+	grown := float64(heapInUse()) - float64(before)
+	st := lim.Stats()
+	t.Logf("heap grew %.1f MB for %d keys at DefaultMaxKeys: %.1f B per key of capacity; %+v", grown/1e6, n, grown/addrlimit.DefaultMaxKeys, st)
+	assert.LessOrEqual(t, grown/addrlimit.DefaultMaxKeys, 24.0, "bytes per key of capacity")
+	runtime.KeepAlive(keys)
+	runtime.KeepAlive(lim)
 }

@@ -27,6 +27,9 @@ func TestKeying(t *testing.T) {
 		{"two IPv4-mapped addresses stay apart (CVE-2026-30827)", req("[::ffff:192.0.2.1]:1"), req("[::ffff:192.0.2.2]:1"), false},
 		{"IPv4-mapped is not grouped with the IPv6 ::/64", req("[::ffff:192.0.2.1]:1"), req("[::1]:1"), false},
 		{"zones ignored", req("[fe80::1%eth0]:1"), req("[fe80::1%eth1]:1"), true},
+		{"NAT64 equals its embedded IPv4 (express-rate-limit PR #667)", req("[64:ff9b::192.0.2.1]:1"), req("192.0.2.1:1"), true},
+		{"two IPv4 clients behind NAT64 stay apart", req("[64:ff9b::192.0.2.1]:1"), req("[64:ff9b::192.0.2.2]:1"), false},
+		{"NAT64 of one IPv4 is not grouped with the IPv6 64:ff9b::/64", req("[64:ff9b::192.0.2.1]:1"), req("[64:ff9b::1:0:0:1]:1"), false},
 		{"X-Forwarded-For ignored", req("192.0.2.1:1", "X-Forwarded-For", "198.51.100.1"), req("192.0.2.1:1", "X-Forwarded-For", "198.51.100.2"), true},
 		{"X-Real-IP ignored", req("192.0.2.1:1", "X-Real-IP", "198.51.100.1"), req("192.0.2.1:1", "X-Real-IP", "198.51.100.2"), true},
 		{"Forwarded ignored", req("192.0.2.1:1", "Forwarded", "for=198.51.100.1"), req("192.0.2.1:1", "Forwarded", "for=198.51.100.2"), true},
@@ -53,6 +56,12 @@ func TestAddrKey(t *testing.T) {
 		{"2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"},
 		{"fe80::1%eth0", "fe80::/64"},
 		{"::1", "::/64"},
+		{"64:ff9b::192.0.2.1", "192.0.2.1"},
+		{"64:ff9b::c633:6401", "198.51.100.1"},
+		{"64:ff9b::1:c633:6401", "64:ff9b::/64"},    // outside the /96: not NAT64
+		{"64:ff9b:1::c633:6401", "64:ff9b:1::/64"},  // RFC 8215 local use: operator-chosen length, grouped by /64
+		{"::ffff:64:ff9b", "0.100.255.155"},         // IPv4-mapped, as before
+		{"64:ff9b::ffff:c633:6401", "64:ff9b::/64"}, // bits 80-95 set: outside the /96
 	}
 	for _, tc := range tests {
 		assert.Equal(t, tc.want, addrlimit.AddrKey(netip.MustParseAddr(tc.in)), "AddrKey(%s)", tc.in)
@@ -98,7 +107,7 @@ func TestKeyErrorsAreNeverABypass(t *testing.T) {
 }
 
 func FuzzRemoteAddrKey(f *testing.F) {
-	for _, s := range []string{"192.0.2.1:80", "[2001:db8::1]:443", "[fe80::1%eth0]:1", "[::ffff:1.2.3.4]:5", "1.2.3.4", "@", "", "[::1]:", "::1"} {
+	for _, s := range []string{"192.0.2.1:80", "[2001:db8::1]:443", "[fe80::1%eth0]:1", "[::ffff:1.2.3.4]:5", "1.2.3.4", "@", "", "[::1]:", "::1", "[64:ff9b::c000:201]:1", "[64:ff9b:1::1]:1"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, ra string) {
@@ -125,6 +134,15 @@ func FuzzRemoteAddrKey(f *testing.F) {
 		}
 		if want := addrlimit.AddrKey(refAddr); k1 != want {
 			t.Fatalf("RemoteAddrKey(%q) = %q, net/netip gives %q", ra, k1, want)
+		}
+		// An IPv4 client has one key however it is written: plain, mapped
+		// or behind NAT64 (RFC 6052 well-known prefix).
+		if refAddr.Unmap().Is4() {
+			v4 := refAddr.Unmap().As4()
+			nat64 := netip.AddrFrom16([16]byte{0, 0x64, 0xff, 0x9b, 12: v4[0], 13: v4[1], 14: v4[2], 15: v4[3]})
+			if k := addrlimit.AddrKey(nat64); k != k1 {
+				t.Fatalf("AddrKey(%v) = %q, the plain address %q", nat64, k, k1)
+			}
 		}
 		// A key is a normalised address or /64, and normalising it again changes nothing.
 		var a netip.Addr

@@ -47,6 +47,10 @@ import (
 
 // Limiter limits requests per key under one or more policies. Build it with
 // New; it is immutable and safe for concurrent use, and starts no goroutine.
+// A Limiter not built by New (the zero value, or a nil pointer) never lets a
+// request through unlimited: Handler, Allow and AllowKey panic with
+// "addrlimit: Limiter not built with New", and Peek and Reset return that
+// error.
 type Limiter struct {
 	policies  []*policyState // [0] is the default policy
 	byName    map[string]*policyState
@@ -79,7 +83,11 @@ type policyState struct {
 }
 
 // DefaultMaxKeys is the default capacity of the exact bucket table of each
-// policy: about 40 MB when full. Buckets are dropped once they have
+// policy: about 23 MB of heap when full (22 B per key of capacity: 20 B of
+// slots, rounded up to whole pages by the allocator; measured by
+// TestDefaultMaxKeysMemory); an address flood past the cap adds
+// the approximate memory, at most 64 B per key of capacity (see "Memory" in
+// the README). Buckets are dropped once they have
 // refilled, so the table holds only the clients seen within one full refill
 // time (60 s for 300/min), and this many distinct clients in that time is far
 // beyond normal load.
@@ -170,10 +178,12 @@ func (l *Limiter) Policies() []Policy {
 // Exempt requests go straight to next, untouched. Counted requests get the
 // quota header fields; a denied one gets 429 Too Many Requests with
 // Retry-After (whole seconds, at least 1, from the bucket) and
-// Cache-Control: no-store, or the WithDeniedHandler response. Observers run
-// before anything is written. It panics if next is nil. Without a net/http
-// middleware slot (gin), use Allow, Respond and Refund.
+// Cache-Control: no-store (413 Content Too Large without Retry-After for a
+// cost over the burst, see WithCost), or the WithDeniedHandler response.
+// Observers run before anything is written. It panics if next is nil.
+// Without a net/http middleware slot (gin), use Allow, Respond and Refund.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
+	l.mustBeBuilt()
 	if next == nil {
 		panic("addrlimit: Limiter.Handler called with a nil handler")
 	}
@@ -217,6 +227,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // Denied; Respond writes the response Handler would, Refund gives the tokens
 // back.
 func (l *Limiter) Allow(r *http.Request) Decision {
+	l.mustBeBuilt()
 	var buf [maxAddrKeyLen]byte
 	var d Decision
 	_, kb, ks := l.decide(r, buf[:0], &d)
@@ -277,6 +288,7 @@ func (l *Limiter) AllowAs(r *http.Request, policy string, key KeyFunc, n int) De
 // PolicySelector): AllowKey(ctx, "", AddrKey(a), 1) charges the bucket of
 // the client at address a. Prefix keys of other kinds ("tenant:"+id).
 func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decision {
+	l.mustBeBuilt()
 	ps, err := l.lookupPolicy(policy)
 	if key == "" {
 		key, err = UnkeyedKey, errors.Join(err, ErrEmptyKey)
@@ -340,8 +352,22 @@ func (l *Limiter) lookupPolicy(name string) (*policyState, error) {
 	return l.policies[0], fmt.Errorf("%w %q", ErrUnknownPolicy, truncate(name, maxPolicyName))
 }
 
+// errNotBuilt is what a Limiter not built by New reports.
+var errNotBuilt = errors.New("addrlimit: Limiter not built with New")
+
+// mustBeBuilt panics with errNotBuilt unless l was built by New: a
+// misconfigured limiter must fail loudly, never limit nothing.
+func (l *Limiter) mustBeBuilt() {
+	if l == nil || len(l.policies) == 0 {
+		panic(errNotBuilt)
+	}
+}
+
 // keyedPolicy validates the arguments of Peek and Reset.
 func (l *Limiter) keyedPolicy(policy, key string) (*policyState, error) {
+	if l == nil || len(l.policies) == 0 {
+		return nil, errNotBuilt
+	}
 	ps, err := l.lookupPolicy(policy)
 	if err != nil {
 		return nil, err

@@ -407,3 +407,40 @@ func TestFailLocalKeepsTheLatestStateOfOutOfOrderAnswers(t *testing.T) {
 	require.True(t, d.Degraded)
 	assert.Equal(t, addrlimit.Limited, d.Outcome, "the local bucket went back to the older, fuller answer")
 }
+
+func TestZeroLimiterFailsLoudlyNeverLimitsNothing(t *testing.T) {
+	const msg = "addrlimit: Limiter not built with New"
+	for name, l := range map[string]*addrlimit.Limiter{"zero": {}, "nil": nil} {
+		t.Run(name, func(t *testing.T) {
+			panicsWith := func(what string, f func()) {
+				t.Helper()
+				defer func() {
+					r := recover()
+					require.NotNil(t, r, "%s did not panic", what)
+					assert.Equal(t, msg, fmt.Sprint(r), "%s panic", what)
+				}()
+				f()
+			}
+			panicsWith("Handler", func() { l.Handler(okHandler) })
+			panicsWith("Allow", func() { l.Allow(req("192.0.2.1:1")) })
+			panicsWith("AllowKey", func() { l.AllowKey(context.Background(), "", "k", 1) })
+			_, err := l.Peek(context.Background(), "", "k")
+			assert.EqualError(t, err, msg, "Peek")
+			assert.EqualError(t, l.Reset(context.Background(), "", "k"), msg, "Reset")
+		})
+	}
+}
+
+func TestContextWithDecisionIsWhatTheDeniedHandlerGets(t *testing.T) {
+	var got addrlimit.Decision
+	lim := mustNew(t, 1, time.Hour, addrlimit.WithDeniedHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = addrlimit.DecisionFromContext(r.Context())
+	})))
+	h := lim.Handler(okHandler)
+	serve(h, req("192.0.2.1:1"))
+	serve(h, req("192.0.2.1:1"))
+	require.Equal(t, addrlimit.Limited, got.Outcome)
+	d, ok := addrlimit.DecisionFromContext(addrlimit.ContextWithDecision(context.Background(), got))
+	assert.True(t, ok)
+	assert.Equal(t, got, d, "a test context carries the decision as the Limiter's does")
+}

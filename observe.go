@@ -19,18 +19,28 @@ import (
 //
 // Volume stays bounded under a flood: at most one line per key per interval;
 // the next line for that key reports how many were suppressed in between. At
-// most maxLogKeys keys are tracked at once; beyond that, events share one
+// most 1,000 keys are tracked at once; beyond that, events share one
 // pseudo-key, so the whole flood costs a few lines per interval. Every
-// logged string is cut to at most maxLogField bytes, so a request with a
-// megabyte path costs a line of normal size.
+// logged string is cut to at most 256 bytes, so a request with a megabyte
+// path costs a line of normal size.
 //
-// Each line has the attributes policy, key, method, route (the ServeMux
-// pattern when set, else the URL path, never the query), outcome, mode
+// The ERROR lines of limited requests with a retired secret are suppressed
+// on their own, per key, with at most 100 keys tracked before they too share
+// a pseudo-key: neither a flood from other keys nor a client limited under
+// the same key can use up their line, so every interval in which such a
+// request is limited has one. In all, any span of one interval has at most
+// 1,001 lines of the first kind and 101 of the second (the pseudo-keys
+// included).
+//
+// Each line has the attributes policy, key, method, path (the URL path,
+// never the query), route (only when the request has a ServeMux pattern:
+// a limiter that wraps a mux runs before it routes, or under a catch-all
+// "/", so the path is what tells requests apart), outcome, mode
 // ("enforced" or "dry_run"), cost, remaining, retry_after (rounded up to
 // whole seconds), credentialed (the request carried an Authorization header
 // but was not exempt: a hint anyone can trigger), retired_token (it carried a
 // retired internal secret: one of your services, for sure), suppressed, and
-// error when there is one. Decisions of AllowKey have no method or route. It
+// error when there is one. Decisions of AllowKey have no method or path. It
 // never logs header values, so tokens never reach the log. A limited request
 // with a retired secret is logged at ERROR, one with other credentials at
 // WARN, the rest at INFO.
@@ -41,7 +51,14 @@ type LogObserver struct {
 	logger *slog.Logger
 	every  time.Duration
 
-	mu         sync.Mutex
+	mu      sync.Mutex
+	keys    logTable // every line but those of retired secrets
+	retired logTable // limited requests with a retired secret: never hidden by the others
+}
+
+// logTable is the suppression state of one kind of line: per key, bounded.
+type logTable struct {
+	max        int // keys tracked at most, the overflow pseudo-key aside
 	keys       map[string]*logState
 	nextForget time.Time // a full table is swept at most once per interval
 }
@@ -51,8 +68,14 @@ type logState struct {
 	suppressed uint64
 }
 
-// maxLogKeys bounds the keys a LogObserver tracks.
+// maxLogKeys bounds the keys a LogObserver tracks for lines other than
+// those of retired secrets.
 const maxLogKeys = 1000
+
+// maxRetiredLogKeys bounds the keys a LogObserver tracks for lines of
+// limited requests with a retired secret. Only your own services (or
+// whoever holds a leaked old secret) send one, so a few keys is the norm.
+const maxRetiredLogKeys = 100
 
 // maxLogField bounds each string a LogObserver logs, in bytes.
 const maxLogField = 256
@@ -69,7 +92,12 @@ func NewLogObserver(logger *slog.Logger, every time.Duration) (*LogObserver, err
 	if every <= 0 {
 		return nil, errors.New("addrlimit: NewLogObserver interval must be positive")
 	}
-	return &LogObserver{logger: logger, every: every, keys: make(map[string]*logState)}, nil
+	return &LogObserver{
+		logger:  logger,
+		every:   every,
+		keys:    logTable{max: maxLogKeys, keys: make(map[string]*logState)},
+		retired: logTable{max: maxRetiredLogKeys, keys: make(map[string]*logState)},
+	}, nil
 }
 
 // Observe logs d if it is worth a line. Use it with WithObserver. r may be
@@ -79,16 +107,22 @@ func (o *LogObserver) Observe(r *http.Request, d Decision) {
 		return
 	}
 	key := truncate(d.Key, maxLogField)
-	suppressed, ok := o.admit(key, time.Now())
+	table := &o.keys
+	if d.Outcome == Limited && d.RetiredToken {
+		table = &o.retired
+	}
+	o.mu.Lock()
+	suppressed, ok := table.admit(key, time.Now(), o.every)
+	o.mu.Unlock()
 	if !ok {
 		return
 	}
-	var method, route string
+	var method, path, route string
 	credentialed := false
 	if r != nil {
 		method, route = r.Method, r.Pattern
-		if route == "" && r.URL != nil {
-			route = r.URL.Path
+		if r.URL != nil {
+			path = r.URL.Path
 		}
 		credentialed = len(r.Header["Authorization"]) > 0
 	}
@@ -109,7 +143,7 @@ func (o *LogObserver) Observe(r *http.Request, d Decision) {
 		slog.String("policy", d.Policy),
 		slog.String("key", key),
 		slog.String("method", truncate(method, maxLogField)),
-		slog.String("route", truncate(route, maxLogField)),
+		slog.String("path", truncate(path, maxLogField)),
 		slog.String("outcome", d.Outcome.String()),
 		slog.String("mode", mode),
 		slog.Int("cost", d.Cost),
@@ -118,6 +152,9 @@ func (o *LogObserver) Observe(r *http.Request, d Decision) {
 		slog.Bool("credentialed", credentialed),
 		slog.Bool("retired_token", d.RetiredToken),
 		slog.Uint64("suppressed", suppressed),
+	}
+	if route != "" {
+		attrs = append(attrs, slog.String("route", truncate(route, maxLogField)))
 	}
 	if d.Degraded {
 		attrs = append(attrs, slog.Bool("degraded", true))
@@ -143,23 +180,22 @@ func truncate(s string, n int) string {
 }
 
 // admit decides whether key may log at now, returning how many lines were
-// suppressed for it since its last one.
-func (o *LogObserver) admit(key string, now time.Time) (uint64, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	st, ok := o.keys[key]
+// suppressed for it since its last one. The caller holds the LogObserver's
+// lock.
+func (t *logTable) admit(key string, now time.Time, every time.Duration) (uint64, bool) {
+	st, ok := t.keys[key]
 	if !ok {
-		if len(o.keys) >= maxLogKeys && !now.Before(o.nextForget) {
-			o.forget(now)
-			o.nextForget = now.Add(o.every)
+		if len(t.keys) >= t.max && !now.Before(t.nextForget) {
+			t.forget(now)
+			t.nextForget = now.Add(every)
 		}
-		if len(o.keys) >= maxLogKeys {
+		if len(t.keys) >= t.max {
 			key = overflowLogKey
-			st = o.keys[key]
+			st = t.keys[key]
 		}
 		if st == nil {
 			st = &logState{}
-			o.keys[key] = st
+			t.keys[key] = st
 		}
 	}
 	if now.Before(st.next) {
@@ -167,25 +203,25 @@ func (o *LogObserver) admit(key string, now time.Time) (uint64, bool) {
 		return 0, false
 	}
 	n := st.suppressed
-	st.suppressed, st.next = 0, now.Add(o.every)
+	st.suppressed, st.next = 0, now.Add(every)
 	return n, true
 }
 
 // forget drops the keys whose interval is over; their suppressed counts move
 // to the overflow pseudo-key, to be reported in its next line.
-func (o *LogObserver) forget(now time.Time) {
+func (t *logTable) forget(now time.Time) {
 	var moved uint64
-	for k, st := range o.keys {
+	for k, st := range t.keys {
 		if k != overflowLogKey && !now.Before(st.next) {
 			moved += st.suppressed
-			delete(o.keys, k)
+			delete(t.keys, k)
 		}
 	}
 	if moved > 0 {
-		st := o.keys[overflowLogKey]
+		st := t.keys[overflowLogKey]
 		if st == nil {
 			st = &logState{}
-			o.keys[overflowLogKey] = st
+			t.keys[overflowLogKey] = st
 		}
 		st.suppressed += moved
 	}

@@ -74,7 +74,7 @@ func TestLogObserverFields(t *testing.T) {
 		require.Len(t, lines, 1)
 		want := map[string]string{
 			"msg": "addrlimit: request with credentials limited", "level": "WARN",
-			"key": "192.0.2.1", "method": "POST", "route": "/v1/progress", "outcome": "limited",
+			"key": "192.0.2.1", "method": "POST", "path": "/v1/progress", "outcome": "limited",
 			"mode": "enforced", "remaining": "0", "retry_after": "1h0m0s", "credentialed": "true", "suppressed": "0",
 			"policy": "default", "cost": "1", "retired_token": "false",
 		}
@@ -122,7 +122,7 @@ func TestLogObserverBoundsEveryField(t *testing.T) {
 				total += len(v)
 			}
 			assert.Less(t, total, 2048, "a line of normal size")
-			assert.True(t, strings.HasSuffix(line["route"], "…"))
+			assert.True(t, strings.HasSuffix(line["path"], "…"))
 		}
 	})
 }
@@ -269,4 +269,95 @@ func BenchmarkObserverOverhead(b *testing.B) {
 			benchServe(b, lim.Handler(noop), req("192.0.2.1:1234"))
 		})
 	}
+}
+
+// retiredLines counts the ERROR lines of limited retired-secret requests.
+func retiredLines(rec *recorder) int {
+	n := 0
+	for _, l := range rec.lines() {
+		if l["level"] == "ERROR" && l["retired_token"] == "true" {
+			n++
+		}
+	}
+	return n
+}
+
+func TestLogObserverRetiredTokenLineSurvivesAnAttackerOnTheSameKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		lo, err := addrlimit.NewLogObserver(slog.New(rec), time.Minute)
+		require.NoError(t, err)
+		limited := addrlimit.Decision{Outcome: addrlimit.Limited, Policy: "default", Key: "198.51.100.7", Cost: 1}
+		retired := limited
+		retired.RetiredToken = true
+		for minute := range 30 {
+			// The attacker's requests come first and keep coming.
+			for range 100 {
+				lo.Observe(req("198.51.100.7:1"), limited)
+			}
+			lo.Observe(req("198.51.100.7:1"), retired)
+			for range 100 {
+				lo.Observe(req("198.51.100.7:1"), limited)
+			}
+			require.Equal(t, minute+1, retiredLines(rec), "ERROR lines after minute %d", minute+1)
+			time.Sleep(time.Minute)
+		}
+	})
+}
+
+func TestLogObserverRetiredTokenLineSurvivesAFloodOfOtherKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		lo, err := addrlimit.NewLogObserver(slog.New(rec), time.Minute)
+		require.NoError(t, err)
+		r := req("10.0.0.1:1")
+		keys := make([]string, 2000)
+		const minutes = 3 // the old observer logged the line in none of them
+		for minute := range minutes {
+			for second := range 60 {
+				for i := range keys { // 2,000 new keys limited per second
+					keys[i] = fmt.Sprintf("10.%d.%d.%d", minute, second, i)
+					lo.Observe(r, addrlimit.Decision{Outcome: addrlimit.Limited, Key: keys[i], Cost: 1})
+				}
+				if second == 30 {
+					lo.Observe(r, addrlimit.Decision{Outcome: addrlimit.Limited, Key: "192.0.2.5", Cost: 1, RetiredToken: true})
+				}
+				time.Sleep(time.Second)
+			}
+			require.Equal(t, minute+1, retiredLines(rec), "ERROR lines after minute %d", minute+1)
+		}
+		assert.LessOrEqual(t, len(rec.lines()), minutes*(1001+1), "lines in %d minutes", minutes)
+	})
+}
+
+func TestLogObserverBoundsRetiredTokenLines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		lo, err := addrlimit.NewLogObserver(slog.New(rec), time.Minute)
+		require.NoError(t, err)
+		for i := range 20_000 { // a leaked old secret used from 20,000 addresses
+			lo.Observe(nil, addrlimit.Decision{Outcome: addrlimit.Limited, Key: fmt.Sprint("k", i), Cost: 1, RetiredToken: true})
+		}
+		assert.Equal(t, 101, retiredLines(rec), "ERROR lines of 20,000 keys in one interval")
+		time.Sleep(time.Minute)
+		lo.Observe(nil, addrlimit.Decision{Outcome: addrlimit.Limited, Key: "k-late", Cost: 1, RetiredToken: true})
+		assert.Equal(t, 102, retiredLines(rec), "a new key in the next interval has its line")
+	})
+}
+
+func TestLogObserverLogsThePathUnderACatchAllPattern(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, rec := logLimiter(t, 1)
+		mux := http.NewServeMux()
+		mux.Handle("/", h) // the limiter in front of everything, as the FAQ advises
+		for _, path := range []string{"/login", "/login", "/api/v1/items", "/api/v1/items"} {
+			r := req("192.0.2.1:1")
+			r.URL.Path = path
+			serve(mux, r)
+		}
+		lines := rec.lines()
+		require.Len(t, lines, 1, "one line per key per interval")
+		assert.Equal(t, "/login", lines[0]["path"], "line %v", lines[0])
+		assert.Equal(t, "/", lines[0]["route"], "the pattern is kept apart: %v", lines[0])
+	})
 }

@@ -48,9 +48,11 @@ func WithBurst(n int) Option {
 }
 
 // WithName names the default policy (DefaultPolicyName otherwise): the name
-// appears in the RateLimit-Policy field, Decision.Policy, Stats and metrics,
-// and separates the buckets of limiters that share a Store. Give stacked
-// limiters distinct names. A name is 1 to 64 bytes of A-Z a-z 0-9 . _ -.
+// appears in the RateLimit-Policy field, Decision.Policy, Stats and the
+// metrics' "policy" label, and separates the buckets of limiters that share
+// a Store. Give stacked limiters distinct names. A name is 1 to 64 bytes of
+// A-Z a-z 0-9 . _ -. It is not the metrics' "limiter" label: that is the
+// name given to the collector (promcollector.New, otelcollector.WithName).
 func WithName(name string) Option {
 	return func(c *config) error {
 		if err := checkPolicyName(name); err != nil {
@@ -121,8 +123,13 @@ func WithPolicySelector(f PolicySelector) Option {
 // once per counted request, before the handler runs.
 //
 // A cost above the policy's burst can never be paid: the request is refused
-// with ErrCostOverBurst and charged nothing. A cost below 1 is charged as 1
-// and reported as ErrInvalidCost; it is never a refund.
+// with ErrCostOverBurst and charged nothing. Handler answers it 413 Content
+// Too Large, without Retry-After: a 429 or a Retry-After would promise a
+// success that no wait brings (clients retry a 429; none retries a 413,
+// which tells them to send less), while the quota fields still describe the
+// bucket. A WithDeniedHandler handler recognises the case by Decision.Cost >
+// Decision.Limit. A cost below 1 is charged as 1 and reported as
+// ErrInvalidCost; it is never a refund.
 func WithCost(f func(r *http.Request) int) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -203,7 +210,8 @@ func WithExempt(f func(*http.Request) bool) Option {
 
 // WithDeniedHandler replaces the body and status of denied responses (by
 // default 429 with a short plain-text body, or 503 when the store failed
-// under FailClosed). When h runs, the quota fields, Retry-After and
+// under FailClosed). When h runs, the quota fields, Retry-After (except for
+// a cost over the burst, Decision.Cost > Decision.Limit: see WithCost) and
 // Cache-Control are already set, and DecisionFromContext(r.Context()) returns
 // the Decision. h must not reveal Decision.Err to the client.
 func WithDeniedHandler(h http.Handler) Option {
@@ -279,6 +287,8 @@ const (
 	// the policy's name:
 	//	RateLimit-Policy: "<name>";q=<burst>;w=<seconds to refill the burst>
 	//	RateLimit: "<name>";r=<remaining>;t=<seconds until the next token, 0 while r > 0>
+	// Both describe the bucket, whatever the request costs; a denied
+	// response's Retry-After describes the request (its wait for its cost).
 	HeaderDraft HeaderStyle = iota
 	// HeaderXRateLimit sends the de facto fields X-RateLimit-Limit (the burst),
 	// X-RateLimit-Remaining, and X-RateLimit-Reset in seconds until the bucket
@@ -288,6 +298,19 @@ const (
 	// Retry-After and Cache-Control: no-store.
 	HeaderNone
 )
+
+// String returns "draft", "x-ratelimit" or "none".
+func (s HeaderStyle) String() string {
+	switch s {
+	case HeaderDraft:
+		return "draft"
+	case HeaderXRateLimit:
+		return "x-ratelimit"
+	case HeaderNone:
+		return "none"
+	}
+	return fmt.Sprintf("HeaderStyle(%d)", uint8(s))
+}
 
 func (s HeaderStyle) internal() (headers.Style, bool) {
 	switch s {

@@ -3,6 +3,7 @@ package addrlimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -120,4 +121,13 @@ func TestPolicySelectorKeyUnderTheDefaultPolicy(t *testing.T) {
 	assert.Equal(t, "default", d.Policy)
 	assert.Equal(t, addrlimit.Limited, lim.Allow(req("198.51.100.1:1", "X-Verified-User", "192.0.2.9")).Outcome, "the user's bucket, from any address")
 	assert.Equal(t, addrlimit.Allowed, lim.Allow(req("192.0.2.9:1")).Outcome, "a prefixed user key never meets the address bucket of the same text")
+}
+
+func TestEnumStrings(t *testing.T) {
+	for s, want := range map[addrlimit.HeaderStyle]string{
+		addrlimit.HeaderDraft: "draft", addrlimit.HeaderXRateLimit: "x-ratelimit", addrlimit.HeaderNone: "none", 9: "HeaderStyle(9)",
+	} {
+		assert.Equal(t, want, s.String())
+		assert.Equal(t, want, fmt.Sprint(s), "fmt uses String")
+	}
 }

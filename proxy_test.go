@@ -48,6 +48,8 @@ func TestTrustedProxies(t *testing.T) {
 		{"spaces and tabs", "X-Forwarded-For", "10.0.0.1:1", []string{" 1.1.1.1 ,\t203.0.113.9\t"}, "203.0.113.9", false},
 		{"IPv6 client grouped by /64", "X-Forwarded-For", "10.0.0.1:1", []string{"2001:db8:1:2::99"}, "2001:db8:1:2::/64", false},
 		{"IPv6 trusted proxy range", "X-Forwarded-For", "[2001:db8:cd::5]:1", []string{"203.0.113.9, 2001:db8:cd::7"}, "203.0.113.9", false},
+		{"IPv4 client behind NAT64 keyed by its IPv4", "X-Forwarded-For", "10.0.0.1:1", []string{"64:ff9b::203.0.113.9"}, "203.0.113.9", false},
+		{"IPv4 client behind NAT64 in Forwarded", "Forwarded", "10.0.0.1:1", []string{`for="[64:ff9b::cb00:7109]:4711"`}, "203.0.113.9", false},
 		// Rule 3: unparsable elements never lead further left.
 		{"garbage rightmost: the peer", "X-Forwarded-For", "10.0.0.1:1", []string{"203.0.113.9, garbage"}, "10.0.0.1", true},
 		{"garbage behind a trusted hop: that hop", "X-Forwarded-For", "10.0.0.1:1", []string{"203.0.113.9, garbage, 10.0.0.2"}, "10.0.0.2", true},
@@ -288,7 +290,7 @@ func fuzzResolver(f *testing.F, header, appended string, seeds ...string) {
 }
 
 func FuzzXForwardedFor(f *testing.F) {
-	fuzzResolver(f, "X-Forwarded-For", "203.0.113.9", "1.2.3.4", "10.0.0.2, garbage", "[::1]:80, unknown", ",,,", "2001:db8::1")
+	fuzzResolver(f, "X-Forwarded-For", "203.0.113.9", "1.2.3.4", "10.0.0.2, garbage", "[::1]:80, unknown", ",,,", "2001:db8::1", "64:ff9b::a00:2, 64:ff9b::c000:201")
 }
 
 func FuzzForwarded(f *testing.F) {

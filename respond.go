@@ -3,14 +3,16 @@ package addrlimit
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
 
 // respond sets the header fields of a counted decision: the quota fields
 // when the quota is known (Limit > 0), and for a denied request Retry-After
-// and Cache-Control: no-store. A decision whose quota is unknown comes from
-// FailOpen (allowed, no fields) or FailClosed (denied: Retry-After: 1).
+// (unless no wait can help: a cost over the burst) and Cache-Control:
+// no-store. A decision whose quota is unknown comes from FailOpen (allowed,
+// no fields) or FailClosed (denied: Retry-After: 1).
 func (ps *policyState) respond(h http.Header, d *Decision) {
 	if d.Limit == 0 {
 		if d.Denied() {
@@ -18,16 +20,26 @@ func (ps *policyState) respond(h http.Header, d *Decision) {
 		}
 		return
 	}
-	ps.headers.Write(h, state(d))
+	ps.headers.Write(h, ps.state(d))
 }
 
-// state is what the quota fields report about d.
-func state(d *Decision) headers.State {
+// state is what the header fields report about d: the quota fields describe
+// the bucket (RateLimit's t is its wait for one token, whatever the request
+// costs), Retry-After the request (its wait for its cost).
+func (ps *policyState) state(d *Decision) headers.State {
+	var next time.Duration
+	if d.Remaining <= 0 {
+		// GCRA: the bucket holds a whole token once it is burst-1 tokens
+		// from full.
+		next = max(d.ResetAfter-time.Duration(d.Limit-1)*ps.Interval, 0)
+	}
 	return headers.State{
 		Remaining:  d.Remaining,
+		NextToken:  next,
 		RetryAfter: d.RetryAfter,
 		ResetAfter: d.ResetAfter,
 		Denied:     d.Denied(),
+		Never:      d.Cost > d.Limit,
 	}
 }
 
@@ -62,26 +74,44 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 
 // refuse writes the response of a denied request: the WithDeniedHandler
 // handler (after the fields of respond), or 429 Too Many Requests with a
-// fixed body, or 503 Service Unavailable when the quota is unknown because
-// the store failed under FailClosed. The body never says anything about the
-// key, the store or the error. The default response allocates nothing: its
-// fields come from the policy's header arena, its body is shared.
+// fixed body, or 413 Content Too Large without Retry-After for a cost above
+// the burst (ErrCostOverBurst: it can never be paid), or 503 Service
+// Unavailable when the quota is unknown because the store failed under
+// FailClosed. The body never says anything about the key, the store or the
+// error. The default response allocates nothing: its fields come from the
+// policy's header arena, its body is shared.
 func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState, d *Decision) {
 	h := w.Header()
 	if l.denied != nil {
 		ps.respond(h, d)
-		l.denied.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, *d)))
+		l.denied.ServeHTTP(w, r.WithContext(ContextWithDecision(r.Context(), *d)))
 		return
 	}
 	var body []byte
 	status := http.StatusTooManyRequests
-	if d.Limit == 0 {
+	switch {
+	case d.Limit == 0:
 		status = http.StatusServiceUnavailable
 		ps.headers.WriteUnavailable(h)
 		body = ps.headers.WriteRefusal(h, status)
-	} else {
-		body = ps.headers.WriteDenied(h, state(d), status)
+	case d.Cost > d.Limit:
+		// No wait makes this request possible: say so with a status that no
+		// retry policy repeats and that tells the client to send less
+		// (RFC 9110 §15.5.14), without Retry-After, which would promise a
+		// success that never comes. The quota fields still describe the
+		// bucket.
+		status = http.StatusRequestEntityTooLarge
+		body = ps.headers.WriteDenied(h, ps.state(d), status)
+	default:
+		body = ps.headers.WriteDenied(h, ps.state(d), status)
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// ContextWithDecision returns a copy of ctx that carries d, as the Limiter
+// passes it to a WithDeniedHandler handler: DecisionFromContext returns d.
+// Use it to test such a handler on its own.
+func ContextWithDecision(ctx context.Context, d Decision) context.Context {
+	return context.WithValue(ctx, decisionKey{}, d)
 }

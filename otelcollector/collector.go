@@ -69,6 +69,8 @@ type config struct {
 // WithName adds the attribute limiter=name to every observation. Give every
 // collector that reports to one Meter a distinct name: the OpenTelemetry API
 // requires callbacks to make distinct observations. An empty name adds no
+// attribute. It labels the collector's observations only: the limiter's
+// policy names (addrlimit.WithName, WithPolicy) are the separate "policy"
 // attribute.
 func WithName(name string) Option {
 	return func(c *config) { c.name = name }

@@ -68,7 +68,9 @@ type Collector struct {
 
 // New returns a collector for lim, which must not be nil. A non-empty name is
 // exported as the constant label limiter="<name>"; give every collector in
-// one registry a distinct name.
+// one registry a distinct name. It labels the collector's series only: the
+// limiter's policy names (addrlimit.WithName, WithPolicy) are the separate
+// "policy" label.
 func New(lim *addrlimit.Limiter, name string) *Collector {
 	if lim == nil {
 		panic("promcollector: New called with a nil Limiter")

@@ -55,6 +55,24 @@ func (t Trusted) Contains(a netip.Addr) bool {
 // has one form.
 func Normalise(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
 
+// NAT64Prefix is the well-known prefix of RFC 6052 (64:ff9b::/96), through
+// which NAT64 and SIIT gateways show an IPv4 host to IPv6 servers: the low
+// 32 bits are the IPv4 address.
+var NAT64Prefix = netip.MustParsePrefix("64:ff9b::/96")
+
+// EmbeddedIPv4 returns the IPv4 address that an address inside NAT64Prefix
+// embeds in its low 32 bits (RFC 6052 §2.2, /96), and whether a is one. The
+// network-specific prefixes of RFC 6052 and RFC 8215 (64:ff9b:1::/48) are
+// not recognised: their length, and so where the IPv4 bits sit, is chosen by
+// each operator and cannot be read from the address.
+func EmbeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	if !NAT64Prefix.Contains(a) {
+		return netip.Addr{}, false
+	}
+	b := a.As16()
+	return netip.AddrFrom4([4]byte(b[12:])), true
+}
+
 // Resolve returns the client address for a request from peer (normalised,
 // and inside t; or the zero Addr for a trusted peer without an address, such
 // as a Unix socket) that carried lines of a header in format f. With a non-nil

@@ -72,12 +72,16 @@ func Seconds(d time.Duration) int {
 	return int((d-1)/time.Second) + 1
 }
 
-// State is what the fields report about one decision.
+// State is what the fields report about one decision: the bucket (Remaining,
+// NextToken, ResetAfter: the quota fields) and, for a denied request, the
+// request (RetryAfter: the Retry-After field).
 type State struct {
 	Remaining  int
-	RetryAfter time.Duration // until the next token; zero while Remaining > 0
+	NextToken  time.Duration // the bucket's wait for one whole token (RateLimit's t); zero while Remaining > 0
+	RetryAfter time.Duration // the request's wait for its cost (Retry-After), when Denied
 	ResetAfter time.Duration // until the bucket is full
 	Denied     bool          // adds Retry-After and Cache-Control: no-store
+	Never      bool          // with Denied: no wait lets the request succeed, so no Retry-After
 }
 
 // Writer sets the fields of one policy. It is immutable after New and safe
@@ -226,7 +230,7 @@ func (w *Writer) write(h http.Header, s State, status int) []byte {
 	remaining := max(s.Remaining, 0)
 	wait := 0
 	if remaining == 0 {
-		wait = max(Seconds(s.RetryAfter), 1)
+		wait = max(Seconds(s.NextToken), 1)
 	}
 	switch w.style {
 	case Draft:
@@ -242,7 +246,9 @@ func (w *Writer) write(h http.Header, s State, status int) []byte {
 		c.set(h, fieldXReset, c.itoa(Seconds(s.ResetAfter)))
 	}
 	if s.Denied {
-		c.set(h, fieldRetryAfter, c.itoa(max(Seconds(s.RetryAfter), 1)))
+		if !s.Never {
+			c.set(h, fieldRetryAfter, c.itoa(max(Seconds(s.RetryAfter), 1)))
+		}
 		c.set(h, fieldCache, noStore)
 	}
 	var body []byte
@@ -306,15 +312,18 @@ func refusal(h http.Header, c *chunk, status int) []byte {
 
 var (
 	bodyTooMany     = []byte("too many requests\n")
+	bodyTooLarge    = []byte("content too large\n")
 	bodyUnavailable = []byte("service unavailable\n")
 )
 
 // Body returns the default refusal body for status: its lower-case status
-// text and a newline. Do not modify it: 429 and 503 share one slice each.
+// text and a newline. Do not modify it: 413, 429 and 503 share one slice each.
 func Body(status int) []byte {
 	switch status {
 	case http.StatusTooManyRequests:
 		return bodyTooMany
+	case http.StatusRequestEntityTooLarge:
+		return bodyTooLarge
 	case http.StatusServiceUnavailable:
 		return bodyUnavailable
 	}

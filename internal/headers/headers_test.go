@@ -26,15 +26,15 @@ func TestWrite(t *testing.T) {
 			http.Header{"Ratelimit-Policy": {`"default";q=300;w=60`}, "Ratelimit": {`"default";r=299;t=0`}}},
 		{"draft named policy", Draft, "partner", 5000, 12 * time.Millisecond, State{Remaining: 4999},
 			http.Header{"Ratelimit-Policy": {`"partner";q=5000;w=60`}, "Ratelimit": {`"partner";r=4999;t=0`}}},
-		{"draft last token", Draft, "default", 300, 200 * time.Millisecond, State{Remaining: 0, RetryAfter: 150 * time.Millisecond},
+		{"draft last token", Draft, "default", 300, 200 * time.Millisecond, State{Remaining: 0, NextToken: 150 * time.Millisecond, RetryAfter: 150 * time.Millisecond},
 			http.Header{"Ratelimit-Policy": {`"default";q=300;w=60`}, "Ratelimit": {`"default";r=0;t=1`}}},
-		{"draft denied, long wait past the table", Draft, "a.b_c-D9", 2, 3 * time.Hour, State{RetryAfter: 2 * time.Hour, Denied: true},
+		{"draft denied, long wait past the table", Draft, "a.b_c-D9", 2, 3 * time.Hour, State{NextToken: 2 * time.Hour, RetryAfter: 2 * time.Hour, Denied: true},
 			http.Header{"Ratelimit-Policy": {`"a.b_c-D9";q=2;w=21600`}, "Ratelimit": {`"a.b_c-D9";r=0;t=7200`}, "Retry-After": {"7200"}, "Cache-Control": {"no-store"}}},
 		{"draft remaining past the table", Draft, "default", 5000, time.Millisecond, State{Remaining: 4000},
 			http.Header{"Ratelimit-Policy": {`"default";q=5000;w=5`}, "Ratelimit": {`"default";r=4000;t=0`}}},
 		{"draft 10^9", Draft, "default", 1_000_000_000, 60 * time.Nanosecond, State{Remaining: 999_999_999},
 			http.Header{"Ratelimit-Policy": {`"default";q=1000000000;w=60`}, "Ratelimit": {`"default";r=999999999;t=0`}}},
-		{"draft negative remaining reads as 0", Draft, "default", 10, time.Second, State{Remaining: -3, RetryAfter: time.Second},
+		{"draft negative remaining reads as 0", Draft, "default", 10, time.Second, State{Remaining: -3, NextToken: time.Second, RetryAfter: time.Second},
 			http.Header{"Ratelimit-Policy": {`"default";q=10;w=10`}, "Ratelimit": {`"default";r=0;t=1`}}},
 		{"draft r=0 without a wait still says t=1", Draft, "default", 10, time.Second, State{},
 			http.Header{"Ratelimit-Policy": {`"default";q=10;w=10`}, "Ratelimit": {`"default";r=0;t=1`}}},
@@ -46,11 +46,17 @@ func TestWrite(t *testing.T) {
 			http.Header{"X-Ratelimit-Limit": {"10"}, "X-Ratelimit-Remaining": {"3"}, "X-Ratelimit-Reset": {"7"}}},
 		{"x-ratelimit past the table", XRateLimit, "default", 1_000_000, time.Millisecond, State{Remaining: 999_998, ResetAfter: 2 * time.Millisecond},
 			http.Header{"X-Ratelimit-Limit": {"1000000"}, "X-Ratelimit-Remaining": {"999998"}, "X-Ratelimit-Reset": {"1"}}},
-		{"x-ratelimit denied", XRateLimit, "default", 5000, time.Second, State{RetryAfter: 1500 * time.Second, ResetAfter: 5000 * time.Second, Denied: true},
+		{"x-ratelimit denied", XRateLimit, "default", 5000, time.Second, State{NextToken: 1500 * time.Second, RetryAfter: 1500 * time.Second, ResetAfter: 5000 * time.Second, Denied: true},
 			http.Header{"X-Ratelimit-Limit": {"5000"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"5000"}, "Retry-After": {"1500"}, "Cache-Control": {"no-store"}}},
-		{"none denied", None, "default", 10, time.Second, State{RetryAfter: time.Millisecond, Denied: true},
+		{"none denied", None, "default", 10, time.Second, State{NextToken: time.Millisecond, RetryAfter: time.Millisecond, Denied: true},
 			http.Header{"Retry-After": {"1"}, "Cache-Control": {"no-store"}}},
 		{"none allowed", None, "default", 10, time.Second, State{Remaining: 3}, http.Header{}},
+		{"draft denied cost: t is the bucket's, Retry-After the request's", Draft, "default", 6, 10 * time.Second, State{NextToken: 10 * time.Second, RetryAfter: 30 * time.Second, Denied: true},
+			http.Header{"Ratelimit-Policy": {`"default";q=6;w=60`}, "Ratelimit": {`"default";r=0;t=10`}, "Retry-After": {"30"}, "Cache-Control": {"no-store"}}},
+		{"draft denied, never possible: no Retry-After", Draft, "default", 6, 10 * time.Second, State{Remaining: 6, Denied: true, Never: true},
+			http.Header{"Ratelimit-Policy": {`"default";q=6;w=60`}, "Ratelimit": {`"default";r=6;t=0`}, "Cache-Control": {"no-store"}}},
+		{"none denied, never possible", None, "default", 6, 10 * time.Second, State{Denied: true, Never: true},
+			http.Header{"Cache-Control": {"no-store"}}},
 	}
 	for _, tc := range tests {
 		h := http.Header{"Ratelimit": {"stale"}}
@@ -96,7 +102,7 @@ func TestWriteDenied(t *testing.T) {
 	} {
 		w := New(tc.style, "default", 300, 200*time.Millisecond)
 		h := http.Header{"Content-Length": {"12"}, "Content-Type": {"application/json"}}
-		body := w.WriteDenied(h, State{RetryAfter: 1100 * time.Millisecond, ResetAfter: time.Minute, Denied: true}, tc.status)
+		body := w.WriteDenied(h, State{NextToken: 1100 * time.Millisecond, RetryAfter: 1100 * time.Millisecond, ResetAfter: time.Minute, Denied: true}, tc.status)
 		checkHeader(t, fmt.Sprint("style ", tc.style), h, tc.want)
 		if string(body) != tc.body {
 			t.Errorf("style %d: body %q, want %q", tc.style, body, tc.body)
@@ -206,7 +212,7 @@ func TestResponsesShareNothingMutable(t *testing.T) {
 				n := 1_000_000 + g*perG + i // past the tables: rendered into arena bytes
 				w := writers[i%len(writers)]
 				h := http.Header{}
-				st := State{Remaining: n, ResetAfter: time.Duration(n) * time.Second, RetryAfter: time.Duration(n) * time.Second, Denied: i%3 == 0}
+				st := State{Remaining: n, ResetAfter: time.Duration(n) * time.Second, NextToken: time.Duration(n) * time.Second, RetryAfter: time.Duration(n) * time.Second, Denied: i%3 == 0}
 				w.Write(h, st)
 				results[g] = append(results[g], kept{h, reference(w, "p", st)})
 			}
@@ -235,15 +241,15 @@ func TestWriteSequence(t *testing.T) {
 	for _, style := range []Style{Draft, XRateLimit, None} {
 		w := New(style, "seq", 1_000_000, time.Hour)
 		for i, st := range []State{
-			{RetryAfter: 2000 * time.Second, Denied: true},
-			{RetryAfter: 2000 * time.Second, Denied: true},
-			{RetryAfter: 1999500 * time.Millisecond, Denied: true},
-			{RetryAfter: 3000 * time.Second, Denied: true},
+			{NextToken: 2000 * time.Second, RetryAfter: 2000 * time.Second, Denied: true},
+			{NextToken: 2000 * time.Second, RetryAfter: 2000 * time.Second, Denied: true},
+			{NextToken: 1999500 * time.Millisecond, RetryAfter: 1999500 * time.Millisecond, Denied: true},
+			{NextToken: 3000 * time.Second, RetryAfter: 3000 * time.Second, Denied: true},
 			{Remaining: 3000, ResetAfter: 3000 * time.Second},
-			{RetryAfter: 2000 * time.Second, Denied: true},
+			{NextToken: 2000 * time.Second, RetryAfter: 2000 * time.Second, Denied: true},
 			{Remaining: 500_000, ResetAfter: 2000 * time.Second},
 			{Remaining: 500_000, ResetAfter: 2000 * time.Second},
-			{Remaining: 0, RetryAfter: 3000 * time.Second},
+			{Remaining: 0, NextToken: 3000 * time.Second, RetryAfter: 3000 * time.Second},
 			{Remaining: 999_999},
 			{Remaining: 999_873},
 			{Remaining: 999_872},
@@ -260,7 +266,7 @@ func reference(w *Writer, name string, st State) http.Header {
 	h := http.Header{}
 	r, t := max(st.Remaining, 0), 0
 	if r == 0 {
-		t = max(Seconds(st.RetryAfter), 1)
+		t = max(Seconds(st.NextToken), 1)
 	}
 	switch w.style {
 	case Draft:
@@ -272,7 +278,9 @@ func reference(w *Writer, name string, st State) http.Header {
 		h["X-Ratelimit-Reset"] = []string{strconv.Itoa(Seconds(st.ResetAfter))}
 	}
 	if st.Denied {
-		h["Retry-After"] = []string{strconv.Itoa(max(Seconds(st.RetryAfter), 1))}
+		if !st.Never {
+			h["Retry-After"] = []string{strconv.Itoa(max(Seconds(st.RetryAfter), 1))}
+		}
 		h["Cache-Control"] = []string{"no-store"}
 	}
 	return h
@@ -287,7 +295,7 @@ func FuzzWrite(f *testing.F) {
 			return
 		}
 		w := New(Style(style%3), name, burst, time.Duration(ivl))
-		st := State{Remaining: remaining, RetryAfter: time.Duration(retry), ResetAfter: time.Duration(reset), Denied: denied}
+		st := State{Remaining: remaining, NextToken: time.Duration(retry), RetryAfter: time.Duration(retry) * 3, ResetAfter: time.Duration(reset), Denied: denied, Never: denied && reset%2 == 0}
 		h := http.Header{}
 		w.Write(h, st)
 		checkHeader(t, "fuzz", h, reference(w, name, st))
@@ -310,7 +318,7 @@ func TestWriteAllocatesNothing(t *testing.T) {
 			{"allowed, half full", func() { w.Write(h, State{Remaining: burst / 2}) }},
 			{"x-ratelimit", func() { x.Write(h, State{Remaining: burst - 1, ResetAfter: time.Duration(burst) * time.Second}) }},
 			{"denied", func() {
-				w.WriteDenied(h, State{RetryAfter: time.Duration(burst) * time.Second, Denied: true}, http.StatusTooManyRequests)
+				w.WriteDenied(h, State{NextToken: time.Duration(burst) * time.Second, RetryAfter: time.Duration(burst) * time.Second, Denied: true}, http.StatusTooManyRequests)
 			}},
 		} {
 			// Chunk allocations, one per 32 responses or more, round down to 0.
@@ -348,7 +356,7 @@ func BenchmarkWriteDenied(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		clear(h)
-		w.WriteDenied(h, State{RetryAfter: 150 * time.Millisecond, Denied: true}, http.StatusTooManyRequests)
+		w.WriteDenied(h, State{NextToken: 150 * time.Millisecond, RetryAfter: 150 * time.Millisecond, Denied: true}, http.StatusTooManyRequests)
 	}
 }
 
