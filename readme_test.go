@@ -97,10 +97,18 @@ var snippetImports = map[string]string{
 	"prometheus": "github.com/prometheus/client_golang/prometheus",
 	"promhttp":   "github.com/prometheus/client_golang/prometheus/promhttp",
 	"otel":       "go.opentelemetry.io/otel",
+	"proxyproto": "github.com/pires/go-proxyproto",
+	"net":        "net",
+	"grpc":       "google.golang.org/grpc",
+	"insecure":   "google.golang.org/grpc/credentials/insecure",
 }
 
-// repoModule is one module of this repository.
-type repoModule struct{ dir, path string }
+// repoModule is one module of this repository, with the module paths its
+// go.mod requires.
+type repoModule struct {
+	dir, path string
+	requires  []string
+}
 
 // repoModules returns the modules of the repository rooted at root, except
 // the release tooling.
@@ -120,11 +128,20 @@ func repoModules(t *testing.T, root string) []repoModule {
 		if err != nil {
 			return err
 		}
+		m := repoModule{dir: filepath.Dir(p)}
 		for _, l := range strings.Split(string(src), "\n") {
-			if path, ok := strings.CutPrefix(strings.TrimSpace(l), "module "); ok {
-				mods = append(mods, repoModule{dir: filepath.Dir(p), path: strings.TrimSpace(path)})
-				break
+			l = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "require "))
+			if path, ok := strings.CutPrefix(l, "module "); ok {
+				m.path = strings.TrimSpace(path)
+				continue
 			}
+			// A requirement line: "path vX.Y.Z" (with or without "require ").
+			if f := strings.Fields(l); len(f) >= 2 && strings.HasPrefix(f[1], "v") && strings.Contains(f[0], ".") {
+				m.requires = append(m.requires, f[0])
+			}
+		}
+		if m.path != "" {
+			mods = append(mods, m)
 		}
 		return nil
 	})
@@ -424,8 +441,9 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 		files = append(files, p)
 	}
 
-	// The workspace: the snippets' module and every repository module they
-	// import (the root always).
+	// The workspace: the snippets' module, every repository module they
+	// import (the root always), and for a third-party import one repository
+	// module that requires its module (the examples require the frameworks).
 	goVersion := "1.26.0"
 	uses := []string{snip}
 	for _, m := range mods {
@@ -441,6 +459,38 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 		if m.dir == root {
 			if v := goDirective(t, filepath.Join(root, "go.mod")); v != "" {
 				goVersion = v
+			}
+		}
+	}
+	provided := func(path string) bool {
+		for _, u := range uses {
+			for _, m := range mods {
+				if m.dir != u {
+					continue
+				}
+				if path == m.path || strings.HasPrefix(path, m.path+"/") {
+					return true
+				}
+				for _, r := range m.requires {
+					if path == r || strings.HasPrefix(path, r+"/") {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	for _, path := range sortedKeys(imported) {
+		if !strings.Contains(strings.SplitN(path, "/", 2)[0], ".") || provided(path) {
+			continue // the standard library, or already in the workspace
+		}
+	findModule:
+		for _, m := range mods {
+			for _, r := range m.requires {
+				if path == r || strings.HasPrefix(path, r+"/") {
+					uses = append(uses, m.dir)
+					break findModule
+				}
 			}
 		}
 	}
@@ -499,6 +549,16 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 	if !reported {
 		t.Errorf("the README's blocks failed (package lineN is the block whose code starts at README line N): %v\n%s", err, out)
 	}
+}
+
+// sortedKeys returns the keys of m in order.
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // goDirective returns the go directive of a go.mod file.
