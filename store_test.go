@@ -1,7 +1,10 @@
 package addrlimit_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/addrlimit/addrlimit"
 	"github.com/addrlimit/addrlimit/storetest"
@@ -12,4 +15,40 @@ func TestMemoryStoreConformance(t *testing.T) {
 		New:    func(t *testing.T) addrlimit.Store { return addrlimit.NewTestMemoryStore(1000) },
 		Bubble: true,
 	})
+}
+
+// boundedStore refuses policies whose burst × interval exceeds max, as a
+// remote store with bounded arithmetic does.
+type boundedStore struct {
+	addrlimit.Store
+	max     time.Duration
+	checked []addrlimit.Policy
+}
+
+func (s *boundedStore) CheckPolicy(p addrlimit.Policy) error {
+	s.checked = append(s.checked, p)
+	if time.Duration(p.Burst)*p.Interval > s.max {
+		return fmt.Errorf("boundedstore: burst × interval must be at most %v", s.max)
+	}
+	return nil
+}
+
+// New asks a store that implements PolicyChecker about every policy, and
+// refuses the Limiter, naming the policy and the store's bound, when the
+// store cannot represent one; a store without the method is not asked.
+func TestNewRefusesPoliciesTheStoreCannotRepresent(t *testing.T) {
+	s := &boundedStore{Store: addrlimit.NewTestMemoryStore(10), max: time.Hour}
+	_, err := addrlimit.New(10, time.Minute, addrlimit.WithStore(s),
+		addrlimit.WithPolicy("long", 100, 2*time.Hour))
+	if err == nil || !strings.Contains(err.Error(), `policy "long"`) || !strings.Contains(err.Error(), "at most 1h0m0s") {
+		t.Fatalf("New with a policy past the store's bound: %v, want an error naming the policy and the bound", err)
+	}
+	s.checked = nil
+	lim, err := addrlimit.New(10, time.Minute, addrlimit.WithStore(s), addrlimit.WithPolicy("short", 100, 30*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(s.checked), fmt.Sprint(lim.Policies()); got != want {
+		t.Fatalf("policies checked: %s, want every policy %s", got, want)
+	}
 }

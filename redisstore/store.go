@@ -236,6 +236,14 @@ func (s *Store) newBreaker(ping func(context.Context) *redis.StatusCmd) *breaker
 	}
 }
 
+// CheckPolicy implements addrlimit.PolicyChecker: it refuses a policy whose
+// burst × interval exceeds 2^50 µs (about 35.7 years), the bound of the
+// script's exact arithmetic, or whose name is invalid.
+func (s *Store) CheckPolicy(p addrlimit.Policy) error {
+	_, err := checkPolicy(p, 1)
+	return err
+}
+
 // Take implements addrlimit.Store: one round trip (shared with concurrent
 // calls), or none when the deny cache already knows the key is empty. Errors
 // (including the timeout and an open circuit) start with "redisstore: ".
@@ -384,7 +392,7 @@ func checkPolicy(p addrlimit.Policy, n int) (time.Duration, error) {
 	}
 	interval := max(p.Interval.Round(time.Microsecond), time.Microsecond)
 	if int64(p.Burst) > maxTau/int64(interval/time.Microsecond) {
-		return 0, fmt.Errorf("redisstore: invalid policy: burst %d times interval %v is too long", p.Burst, p.Interval)
+		return 0, fmt.Errorf("redisstore: policy %q: burst %d × interval %v must be at most 2^50 µs (about 35.7 years), the longest bucket the script computes exactly", p.Name, p.Burst, p.Interval)
 	}
 	if n < 1 || n > p.Burst {
 		return 0, fmt.Errorf("redisstore: %d tokens for a burst of %d", n, p.Burst)
@@ -438,4 +446,7 @@ func (s *Store) redisKey(key string, p addrlimit.Policy) string {
 // DenyCacheLen returns the number of keys the deny cache holds.
 func (s *Store) DenyCacheLen() int { return s.deny.len() }
 
-var _ addrlimit.Store = (*Store)(nil)
+var (
+	_ addrlimit.Store         = (*Store)(nil)
+	_ addrlimit.PolicyChecker = (*Store)(nil)
+)

@@ -337,3 +337,29 @@ func TestConcurrentCallsShareOneRoundTrip(t *testing.T) {
 		t.Fatalf("%d script calls, want 3 (two in flight, one batch)", n)
 	}
 }
+
+// A policy whose burst × interval is past what the script computes exactly
+// (2^50 µs, about 35.7 years) is refused when the Limiter is built, with an
+// error that names the bound; one just inside it decides in Redis.
+func TestNewRefusesPoliciesPastTheScriptBound(t *testing.T) {
+	needRedis(t)
+	s := newStore(t, shared.client(t))
+	const year = 8766 * time.Hour // 365.25 days
+	_, err := addrlimit.New(1, 36*year, addrlimit.WithStore(s))
+	if err == nil || !strings.Contains(err.Error(), "35.7 years") {
+		t.Fatalf("New(1 per 36 years): %v, want an error naming the bound", err)
+	}
+	if _, err := addrlimit.New(2, 72*year, addrlimit.WithStore(s)); err == nil {
+		t.Fatal("New(2 per 72 years) accepted")
+	}
+	lim, err := addrlimit.New(1, 35*year, addrlimit.WithStore(s), addrlimit.WithStoreFailure(addrlimit.FailClosed))
+	if err != nil {
+		t.Fatalf("New(1 per 35 years): %v", err)
+	}
+	for i, want := range []bool{true, false} {
+		d := lim.AllowKey(context.Background(), "", "k", 1)
+		if d.Degraded || (d.Outcome == addrlimit.Allowed) != want {
+			t.Fatalf("decision %d: %+v, want allowed %v by Redis", i+1, d, want)
+		}
+	}
+}
