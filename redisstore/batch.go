@@ -13,6 +13,7 @@ type call struct {
 	op                 int
 	n, interval, burst int64 // interval in whole µs
 	reply              [argsPerKey]int64
+	sent               time.Time // when the round trip that answered it was sent
 	err                error
 	state              atomic.Int32
 	lead               chan bool // buffered: true = lead the next batch, false = answered

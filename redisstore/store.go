@@ -68,11 +68,12 @@
 // overloaded Redis that times out opens the circuit too: the instances then
 // decide locally until a probe gets an answer, which sheds the load.
 //
-// A local deny cache remembers, per key, until when Redis said the key is
-// empty, and denies Takes locally until then without a round trip, so a
-// client's flood becomes no Redis load. A Refund or Reset through this store
-// drops the key from it; one through another instance is seen here at the
-// latest when the cached denial ends, which is within one refill interval.
+// A local deny cache remembers the bucket state of Redis's last denial of a
+// key, for one refill interval at most, and denies locally, without a round
+// trip, every Take (of any cost) that this state proves cannot be paid yet,
+// so a client's flood becomes no Redis load. A Refund or Reset through this
+// store drops the key from it; one through another instance is seen here
+// within one refill interval.
 //
 // Exempt requests never reach the store. The Store is safe for concurrent use;
 // it never closes the client, which the caller owns.
@@ -275,9 +276,6 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	if err != nil {
 		return addrlimit.Result{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return addrlimit.Result{}, fmt.Errorf("redisstore: %w", err)
-	}
 	rkey := s.redisKey(key, p)
 	switch op {
 	case opTake:
@@ -288,6 +286,9 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 		// Forget before the call too: a Take answered meanwhile must not
 		// keep a denial from before the refund.
 		s.deny.forget(rkey)
+	}
+	if err := ctx.Err(); err != nil {
+		return addrlimit.Result{}, fmt.Errorf("redisstore: %w", err)
 	}
 	br := s.breakerFor(ctx, rkey)
 	if err := br.check(); err != nil {
@@ -311,7 +312,7 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	}
 	switch op {
 	case opTake:
-		s.deny.remember(rkey, time.Now(), res, n, interval)
+		s.deny.remember(rkey, c.sent, res, n, interval, p.Burst)
 	case opRefund, opReset:
 		s.deny.forget(rkey)
 	}
@@ -323,6 +324,10 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 func (s *Store) send(ctx context.Context, calls []*call) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	now := time.Now()
+	for _, c := range calls {
+		c.sent = now
+	}
 	if len(calls) == 1 {
 		runScript(ctx, s.client, calls, s.clock)
 		return

@@ -195,9 +195,10 @@ func TestRefundAndResetEndCachedDenials(t *testing.T) {
 	if res := take("k", p, 2); res.Allowed || res.Remaining != 1 || res.RetryAfter <= 59*time.Minute || res.RetryAfter > time.Hour {
 		t.Fatalf("Take 2 of 1 left: %+v, want denied, 1 left, RetryAfter about 1h", res)
 	}
-	if n := s.DenyCacheLen(); n != 0 {
-		t.Fatalf("a bucket with a token left was cached as empty (%d entries)", n)
+	if n := s.DenyCacheLen(); n != 1 {
+		t.Fatalf("the denial of 2 with 1 left was not cached (%d entries)", n)
 	}
+	// The cached denial does not stop a Take the bucket can pay.
 	if res := take("k", p, 1); !res.Allowed || res.Remaining != 0 {
 		t.Fatalf("last token: %+v", res)
 	}
@@ -287,6 +288,36 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 				t.Fatalf("deny cache holds %d keys, want %d", n, tc.cached)
 			}
 		})
+	}
+}
+
+// A denied Take whose cost exceeds what is left is answered by the deny
+// cache too, with Redis's RetryAfter: a flood of expensive requests costs
+// one round trip, while a cost the bucket can pay still reaches Redis.
+func TestDenyCacheAnswersDenialsOfAnyCost(t *testing.T) {
+	needRedis(t)
+	c := shared.client(t)
+	var calls counter
+	c.AddHook(&calls)
+	s := newStore(t, c)
+	p := addrlimit.Policy{Name: "default", Burst: 5, Interval: time.Hour}
+	take := taker(t, s)
+	if res := take("k", p, 3); !res.Allowed || res.Remaining != 2 {
+		t.Fatalf("Take of 3 from a full bucket: %+v", res)
+	}
+	first := take("k", p, 3)
+	before := calls.n.Load()
+	for i := range 100 {
+		res := take("k", p, 3)
+		if res.Allowed || res.Remaining != 2 || res.RetryAfter > first.RetryAfter || res.RetryAfter < first.RetryAfter-time.Minute {
+			t.Fatalf("Take %d of 3 with 2 left: %+v, first denial %+v", i+1, res, first)
+		}
+	}
+	if n := calls.n.Load() - before; n != 0 {
+		t.Fatalf("%d script calls for 100 denied Takes of 3 with 2 left, want 0 (the deny cache knows)", n)
+	}
+	if res := take("k", p, 2); !res.Allowed || res.Remaining != 0 || calls.n.Load() != before+1 {
+		t.Fatalf("Take of 2 with 2 left: %+v, %d script calls, want allowed by Redis", res, calls.n.Load()-before)
 	}
 }
 
