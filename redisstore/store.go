@@ -12,7 +12,9 @@
 //
 // Each decision is one Lua script call (EVALSHA, falling back to EVAL when
 // Redis lost its script cache) that runs GCRA atomically with Redis TIME as
-// the only clock, so instance clocks may disagree. A bucket is one integer
+// the only clock, so instance clocks may disagree. A key whose value Redis
+// cannot use (a foreign value of another type) fails its own decisions
+// only, never those batched with it. A bucket is one integer
 // (its theoretical arrival time in microseconds) written with SET … PX so
 // that the key expires as soon as the bucket would be full again. Decisions
 // equal those of the in-memory store at microsecond resolution (refill

@@ -65,6 +65,17 @@ func newStore(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) 
 	return s
 }
 
+// countedStore returns a client of the shared Redis that counts script
+// calls, and a store on it.
+func countedStore(t testing.TB, opts ...redisstore.Option) (*redis.Client, *counter, *redisstore.Store) {
+	t.Helper()
+	needRedis(t)
+	c := shared.client(t)
+	calls := new(counter)
+	c.AddHook(calls)
+	return c, calls, newStore(t, c, opts...)
+}
+
 var prefixes atomic.Int64
 
 // testPrefix returns a key prefix no other test (nor another -count run,
@@ -295,11 +306,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 // cache too, with Redis's RetryAfter: a flood of expensive requests costs
 // one round trip, while a cost the bucket can pay still reaches Redis.
 func TestDenyCacheAnswersDenialsOfAnyCost(t *testing.T) {
-	needRedis(t)
-	c := shared.client(t)
-	var calls counter
-	c.AddHook(&calls)
-	s := newStore(t, c)
+	_, calls, s := countedStore(t)
 	p := addrlimit.Policy{Name: "default", Burst: 5, Interval: time.Hour}
 	take := taker(t, s)
 	if res := take("k", p, 3); !res.Allowed || res.Remaining != 2 {
@@ -392,5 +399,73 @@ func TestNewRefusesPoliciesPastTheScriptBound(t *testing.T) {
 		if d.Degraded || (d.Outcome == addrlimit.Allowed) != want {
 			t.Fatalf("decision %d: %+v, want allowed %v by Redis", i+1, d, want)
 		}
+	}
+}
+
+// A foreign value of another type at one bucket's key (WRONGTYPE) fails
+// that key's decisions only: the other calls of its batch are answered, and
+// the circuit stays closed, since Redis answered.
+func TestOneBadKeyFailsOnlyItself(t *testing.T) {
+	c, calls, s := countedStore(t)
+	ctx := context.Background()
+	if err := c.LPush(ctx, s.RedisKey("bad", global), "foreign").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(ctx, "warm-up", global); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	started := make(chan int64, 16)
+	release := make(chan struct{})
+	var seen atomic.Int64
+	calls.gate = func(keys int64) {
+		started <- keys
+		if seen.Add(1) <= 2 {
+			<-release
+		}
+	}
+	const good = 30
+	var wg sync.WaitGroup
+	var goodErrs, badErrs atomic.Int64
+	take := func(key string, bad bool) {
+		res, err := s.Take(ctx, key, global, 1)
+		switch {
+		case bad && (err == nil || !strings.Contains(err.Error(), "WRONGTYPE")):
+			t.Errorf("Take of the bad key: %+v %v, want its WRONGTYPE error", res, err)
+		case bad:
+			badErrs.Add(1)
+		case err != nil:
+			goodErrs.Add(1)
+			t.Errorf("Take(%q) batched with a bad key: %v", key, err)
+		case !res.Allowed:
+			t.Errorf("Take(%q): %+v", key, res)
+		}
+	}
+	// Two calls in flight, held; then the bad key and the good ones queue
+	// and go in one script call.
+	for i := range 2 {
+		wg.Go(func() { take(fmt.Sprint("held", i), false) })
+		<-started
+	}
+	for i := range good + 3 {
+		if i%11 == 5 {
+			wg.Go(func() { take("bad", true) })
+		} else {
+			wg.Go(func() { take(fmt.Sprint("k", i), false) })
+		}
+	}
+	for s.QueuedCalls() != good+3 {
+		time.Sleep(time.Millisecond) // waiting for a state, not for a duration
+	}
+	close(release)
+	if keys := <-started; keys != good+3 {
+		t.Fatalf("the next script call carried %d keys, want the %d queued calls", keys, good+3)
+	}
+	wg.Wait()
+	if goodErrs.Load() != 0 || badErrs.Load() != 3 {
+		t.Fatalf("%d of %d good calls failed, %d of 3 bad ones", goodErrs.Load(), good+2, badErrs.Load())
+	}
+	// Redis answered: no outage, the circuit is closed.
+	if res, err := s.Take(ctx, "after", global, 1); err != nil || !res.Allowed {
+		t.Fatalf("Take after the bad key's errors: %+v %v", res, err)
 	}
 }
