@@ -50,16 +50,17 @@
 //
 // # Failures
 //
-// Every call has a short timeout (WithTimeout, default 50 ms) and returns the
-// error, and the Limiter applies its failure policy
+// Every round trip has a short timeout (WithTimeout, default 50 ms; time a
+// call spends queued for a batch is not part of it). A call whose round trip
+// fails returns the error, and the Limiter applies its failure policy
 // (addrlimit.WithStoreFailure): by default FailLocal, which decides with an
 // in-memory bucket per instance that continues from the state Redis last
 // reported for the key; FailOpen and FailClosed (503) are the alternatives.
 // Observers see Decision.Degraded and Decision.Err.
 //
 // A circuit breaker per Redis node (one for a single Redis, one per master of
-// a Cluster) stops asking a node after consecutive failures (WithBreaker,
-// default 3): calls then fail at once with an error that matches
+// a Cluster) stops asking a node after consecutive failed round trips
+// (WithBreaker, default 3): calls then fail at once with an error that matches
 // ErrCircuitOpen, so an outage costs no timeout per request (measured: p99
 // under 2 µs per decision one second into an outage, against the 50 ms
 // timeout without it). One goroutine per open circuit pings the node every
@@ -138,11 +139,15 @@ func WithKeyPrefix(p string) Option {
 	}
 }
 
-// WithTimeout bounds each call to Redis, round trip included; it must be
-// positive. The default, 50 ms, is far above a healthy round trip inside one
-// region (about 0.1–1 ms) and short enough that an outage costs each request
-// little before the failure policy decides. A call that waits for a batch
-// may take up to about twice the timeout.
+// WithTimeout bounds each round trip to Redis; it must be positive. The
+// default, 50 ms, is far above a healthy round trip inside one region (about
+// 0.1–1 ms) and short enough that an outage costs each request little before
+// the failure policy decides. Set it well above the round trip of a distant
+// Redis. A call that arrives while round trips are in flight queues for the
+// next batch; the time it waits there is not part of its timeout and never a
+// failure: it waits for the round trips ahead of it (with q calls queued
+// ahead, about 1 + q / (2 × WithMaxBatch) of them, each bounded by the
+// timeout; none once the circuit is open), then for its own.
 func WithTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d <= 0 {
@@ -166,10 +171,11 @@ func WithDenyCache(maxKeys int) Option {
 }
 
 // WithBreaker sets the circuit breaker: a node's circuit opens after
-// failures consecutive calls failed for want of Redis (network errors,
-// timeouts, CLUSTERDOWN, LOADING and the like; not errors caused by the
-// caller's own context), and while open a background probe pings the node
-// every probeEvery. failures must be at least 1 and probeEvery at least
+// failures consecutive round trips to it failed for want of Redis (network
+// errors, a round trip that outlived the timeout, CLUSTERDOWN, LOADING and
+// the like; never the time a call spent queued for a batch, an error about
+// one key's value, or the caller's own context ending), and while open a
+// background probe pings the node every probeEvery. failures must be at least 1 and probeEvery at least
 // 1 ms. Defaults: 3 and 500 ms.
 func WithBreaker(failures int, probeEvery time.Duration) Option {
 	return func(s *Store) error {
@@ -296,13 +302,12 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	if err := br.check(); err != nil {
 		return addrlimit.Result{}, err
 	}
-	c := &call{key: rkey, op: op, n: int64(n), interval: int64(interval / time.Microsecond), burst: int64(p.Burst)}
+	c := &call{key: rkey, op: op, n: int64(n), interval: int64(interval / time.Microsecond), burst: int64(p.Burst), br: br}
 	if s.batch != nil {
-		s.batch.do(ctx, c, s.timeout)
+		s.batch.do(ctx, c)
 	} else {
 		s.send(ctx, []*call{c})
 	}
-	br.record(ctx, c.err)
 	if c.err != nil {
 		return addrlimit.Result{}, fmt.Errorf("redisstore: %w", c.err)
 	}
@@ -322,8 +327,53 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 }
 
 // send makes one round trip for calls: one script call per hash slot, in one
-// pipeline when there are several.
+// pipeline when there are several. Calls whose circuit opened while they
+// were queued fail at once. The round trip counts once for the breaker of
+// each node it reached: a failure if a call to that node failed for want of
+// Redis, a success otherwise.
 func (s *Store) send(ctx context.Context, calls []*call) {
+	live := calls[:0:0]
+	for _, c := range calls {
+		if c.err = c.br.check(); c.err == nil {
+			live = append(live, c)
+		}
+	}
+	if calls = live; len(calls) == 0 {
+		return
+	}
+	s.roundTrip(ctx, calls)
+	for _, c := range calls[1:] {
+		if c.br != calls[0].br {
+			recordPerNode(ctx, calls)
+			return
+		}
+	}
+	calls[0].br.record(ctx, outage(calls))
+}
+
+// recordPerNode records one round trip's outcome for each node it reached.
+func recordPerNode(ctx context.Context, calls []*call) {
+	byNode := make(map[*breaker][]*call)
+	for _, c := range calls {
+		byNode[c.br] = append(byNode[c.br], c)
+	}
+	for br, calls := range byNode {
+		br.record(ctx, outage(calls))
+	}
+}
+
+// outage returns the first error of calls that means Redis failed, or nil.
+func outage(calls []*call) error {
+	for _, c := range calls {
+		if c.err != nil && isOutage(c.err) {
+			return c.err
+		}
+	}
+	return nil
+}
+
+// roundTrip sends calls to Redis and stores each call's answer or error.
+func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	now := time.Now()
