@@ -55,6 +55,10 @@ type Result struct {
 //   - The Limiter passes 1 <= n <= p.Burst, a valid policy, and non-empty keys
 //     (the strings its KeyFunc returned, UnkeyedKey, or keys given to
 //     Limiter.AllowKey). Keys may hold any bytes.
+//   - Take and the Peek of a refused cost get the request's context
+//     without its cancellation (context.WithoutCancel): a client that hangs
+//     up does not end the decision, so a store bounds each call by a timeout
+//     of its own.
 //   - A non-nil error means the store could not answer (a remote store timed
 //     out, say). The Limiter then applies its failure policy (see
 //     WithStoreFailure) and reports the error to observers, never to the

@@ -1,6 +1,7 @@
 package addrlimit_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -50,5 +51,38 @@ func TestNewRefusesPoliciesTheStoreCannotRepresent(t *testing.T) {
 	}
 	if got, want := fmt.Sprint(s.checked), fmt.Sprint(lim.Policies()); got != want {
 		t.Fatalf("policies checked: %s, want every policy %s", got, want)
+	}
+}
+
+// cancelSensitiveStore fails every call whose context is done, as a remote
+// store does.
+type cancelSensitiveStore struct{ addrlimit.Store }
+
+func (s cancelSensitiveStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return addrlimit.Result{}, err
+	}
+	return s.Store.Take(ctx, key, p, n)
+}
+
+// A decision never depends on the caller hanging up: the Limiter asks the
+// store with a context that is not cancelled, so under FailOpen a cancelled
+// caller gets the budget and no store error is counted.
+func TestCancelledCallerIsDecidedByTheStore(t *testing.T) {
+	lim, err := addrlimit.New(3, time.Hour, addrlimit.WithStoreFailure(addrlimit.FailOpen),
+		addrlimit.WithStore(cancelSensitiveStore{addrlimit.NewTestMemoryStore(10)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	allowed := 0
+	for range 20 {
+		if d := lim.AllowKey(ctx, "", "k", 1); d.Outcome == addrlimit.Allowed {
+			allowed++
+		}
+	}
+	if n := lim.Stats().StoreErrors; allowed != 3 || n != 0 {
+		t.Fatalf("%d of 20 cancelled calls allowed, budget 3; StoreErrors %d, want 0", allowed, n)
 	}
 }
