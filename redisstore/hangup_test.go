@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"net"
 	"net/http"
@@ -143,32 +142,5 @@ func TestHangUpGetsNoFreePass(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// AllowKey with a cancelled context is decided by Redis as any other call:
-// under FailOpen, 20 calls against a budget of 3 allow 3, and no store error
-// is counted.
-func TestAllowKeyDecidesDespiteACancelledContext(t *testing.T) {
-	needRedis(t)
-	s := newStore(t, shared.client(t))
-	lim, err := addrlimit.New(3, time.Hour, addrlimit.WithStore(s), addrlimit.WithStoreFailure(addrlimit.FailOpen))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	allowed := 0
-	for range 20 {
-		d := lim.AllowKey(ctx, "", "job:42", 1)
-		if d.Degraded {
-			t.Fatalf("degraded: %v", d.Err)
-		}
-		if d.Outcome == addrlimit.Allowed {
-			allowed++
-		}
-	}
-	if n := lim.Stats().StoreErrors; allowed != 3 || n != 0 {
-		t.Fatalf("%d of 20 allowed with a cancelled context, budget 3; StoreErrors %d, want 0", allowed, n)
 	}
 }
