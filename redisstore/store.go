@@ -332,13 +332,19 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 // each node it reached: a failure if a call to that node failed for want of
 // Redis, a success otherwise.
 func (s *Store) send(ctx context.Context, calls []*call) {
-	live := calls[:0:0]
-	for _, c := range calls {
-		if c.err = c.br.check(); c.err == nil {
+	var live []*call // nil while every call is live: no allocation
+	for i, c := range calls {
+		switch c.err = c.br.check(); {
+		case c.err != nil && live == nil:
+			live = append(make([]*call, 0, len(calls)), calls[:i]...)
+		case c.err == nil && live != nil:
 			live = append(live, c)
 		}
 	}
-	if calls = live; len(calls) == 0 {
+	if live != nil {
+		calls = live
+	}
+	if len(calls) == 0 {
 		return
 	}
 	s.roundTrip(ctx, calls)
