@@ -141,7 +141,10 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, kb []byte, ks str
 		d.Cost, d.Err, d.DryRun = n, err, d.Outcome == Limited && l.dryRun
 		return
 	}
-	res, storeErr := l.store.Take(ctx, keyString(kb, ks), ps.Policy, n)
+	// Decided whatever the caller does: a client that hangs up cancels
+	// r.Context(), and must not get the failure policy for it. The store's
+	// own timeout bounds the call.
+	res, storeErr := l.store.Take(context.WithoutCancel(ctx), keyString(kb, ks), ps.Policy, n)
 	if storeErr == nil {
 		if l.failure == FailLocal {
 			ps.table.Mirror(h, l.now(), res.ResetAfter)
@@ -175,7 +178,7 @@ func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, kb []byte, ks
 	ps.limited.Inc()
 	res := Result(ps.table.Peek(hashKey(l.seed, kb, ks), l.now()))
 	if l.store != nil {
-		if remote, storeErr := l.store.Peek(ctx, keyString(kb, ks), ps.Policy); storeErr == nil {
+		if remote, storeErr := l.store.Peek(context.WithoutCancel(ctx), keyString(kb, ks), ps.Policy); storeErr == nil {
 			res = remote
 		}
 	}

@@ -133,6 +133,11 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		if _, dup := l.byName[p.Name]; dup {
 			return nil, fmt.Errorf("addrlimit: two policies are named %q", p.Name)
 		}
+		if pc, ok := c.store.(PolicyChecker); ok {
+			if err := pc.CheckPolicy(p); err != nil {
+				return nil, fmt.Errorf("addrlimit: policy %q: the store refuses it: %w", p.Name, err)
+			}
+		}
 		bp, _ := bucket.NewPolicy(p.Burst, p.Interval) // validated by newPolicy
 		ps := &policyState{
 			Policy:  p,

@@ -55,12 +55,18 @@ type Result struct {
 //   - The Limiter passes 1 <= n <= p.Burst, a valid policy, and non-empty keys
 //     (the strings its KeyFunc returned, UnkeyedKey, or keys given to
 //     Limiter.AllowKey). Keys may hold any bytes.
+//   - Take and the Peek of a refused cost get the request's context
+//     without its cancellation (context.WithoutCancel): a client that hangs
+//     up does not end the decision, so a store bounds each call by a timeout
+//     of its own.
 //   - A non-nil error means the store could not answer (a remote store timed
 //     out, say). The Limiter then applies its failure policy (see
 //     WithStoreFailure) and reports the error to observers, never to the
 //     client. Errors should start with the store's package name.
 //
-// Implementations must be safe for concurrent use.
+// Implementations must be safe for concurrent use. A store that cannot
+// represent every valid policy implements [PolicyChecker], so that New
+// refuses such a policy instead of every decision failing.
 type Store interface {
 	// Take charges n tokens to key's bucket under p.
 	Take(ctx context.Context, key string, p Policy, n int) (Result, error)
@@ -72,6 +78,15 @@ type Store interface {
 	// Reset makes key's bucket full, as if it had never been used. Resetting
 	// a key that has no bucket is not an error.
 	Reset(ctx context.Context, key string, p Policy) error
+}
+
+// PolicyChecker is implemented by a Store whose buckets have bounds of their
+// own (a remote store's arithmetic, say). New calls CheckPolicy once for
+// every policy of a Limiter built WithStore and fails with its error, which
+// should name the bound; the Limiter never passes the store a policy it
+// refused.
+type PolicyChecker interface {
+	CheckPolicy(p Policy) error
 }
 
 // maxPolicyName bounds the length of a policy name.

@@ -1,7 +1,11 @@
 package addrlimit_test
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/addrlimit/addrlimit"
 	"github.com/addrlimit/addrlimit/storetest"
@@ -12,4 +16,73 @@ func TestMemoryStoreConformance(t *testing.T) {
 		New:    func(t *testing.T) addrlimit.Store { return addrlimit.NewTestMemoryStore(1000) },
 		Bubble: true,
 	})
+}
+
+// boundedStore refuses policies whose burst × interval exceeds max, as a
+// remote store with bounded arithmetic does.
+type boundedStore struct {
+	addrlimit.Store
+	max     time.Duration
+	checked []addrlimit.Policy
+}
+
+func (s *boundedStore) CheckPolicy(p addrlimit.Policy) error {
+	s.checked = append(s.checked, p)
+	if time.Duration(p.Burst)*p.Interval > s.max {
+		return fmt.Errorf("boundedstore: burst × interval must be at most %v", s.max)
+	}
+	return nil
+}
+
+// New asks a store that implements PolicyChecker about every policy, and
+// refuses the Limiter, naming the policy and the store's bound, when the
+// store cannot represent one; a store without the method is not asked.
+func TestNewRefusesPoliciesTheStoreCannotRepresent(t *testing.T) {
+	s := &boundedStore{Store: addrlimit.NewTestMemoryStore(10), max: time.Hour}
+	_, err := addrlimit.New(10, time.Minute, addrlimit.WithStore(s),
+		addrlimit.WithPolicy("long", 100, 2*time.Hour))
+	if err == nil || !strings.Contains(err.Error(), `policy "long"`) || !strings.Contains(err.Error(), "at most 1h0m0s") {
+		t.Fatalf("New with a policy past the store's bound: %v, want an error naming the policy and the bound", err)
+	}
+	s.checked = nil
+	lim, err := addrlimit.New(10, time.Minute, addrlimit.WithStore(s), addrlimit.WithPolicy("short", 100, 30*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(s.checked), fmt.Sprint(lim.Policies()); got != want {
+		t.Fatalf("policies checked: %s, want every policy %s", got, want)
+	}
+}
+
+// cancelSensitiveStore fails every call whose context is done, as a remote
+// store does.
+type cancelSensitiveStore struct{ addrlimit.Store }
+
+func (s cancelSensitiveStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return addrlimit.Result{}, err
+	}
+	return s.Store.Take(ctx, key, p, n)
+}
+
+// A decision never depends on the caller hanging up: the Limiter asks the
+// store with a context that is not cancelled, so under FailOpen a cancelled
+// caller gets the budget and no store error is counted.
+func TestCancelledCallerIsDecidedByTheStore(t *testing.T) {
+	lim, err := addrlimit.New(3, time.Hour, addrlimit.WithStoreFailure(addrlimit.FailOpen),
+		addrlimit.WithStore(cancelSensitiveStore{addrlimit.NewTestMemoryStore(10)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	allowed := 0
+	for range 20 {
+		if d := lim.AllowKey(ctx, "", "k", 1); d.Outcome == addrlimit.Allowed {
+			allowed++
+		}
+	}
+	if n := lim.Stats().StoreErrors; allowed != 3 || n != 0 {
+		t.Fatalf("%d of 20 cancelled calls allowed, budget 3; StoreErrors %d, want 0", allowed, n)
+	}
 }

@@ -11,8 +11,10 @@ import (
 type call struct {
 	key                string
 	op                 int
-	n, interval, burst int64 // interval in whole µs
+	n, interval, burst int64    // interval in whole µs
+	br                 *breaker // of the node that holds key
 	reply              [argsPerKey]int64
+	sent               time.Time // when the round trip that answered it was sent
 	err                error
 	state              atomic.Int32
 	lead               chan bool // buffered: true = lead the next batch, false = answered
@@ -33,7 +35,9 @@ const (
 // are queues, and the next leader (a queued caller handed the lead when a
 // batch returns) sends every queued call, up to maxBatch, in one round trip:
 // one script call per hash slot. A lone caller never waits: at one caller
-// every call is sent at once, as without batching.
+// every call is sent at once, as without batching. Time spent queued is never
+// a failure: a queued call waits for the round trips ahead of it (each bounded
+// by the store's timeout), and only its own round trip can fail it.
 type batcher struct {
 	maxBatch int
 	send     func(ctx context.Context, calls []*call) // answers every call
@@ -49,10 +53,10 @@ type batcher struct {
 const maxInflight = 2
 
 // do sends c, alone or with others, and returns when c is answered. A
-// call that waits in the queue gives up after timeout or when ctx is done
-// (c.err is then the context's error); once sent, it waits for the answer,
-// which the sender's timeout bounds.
-func (b *batcher) do(ctx context.Context, c *call, timeout time.Duration) {
+// queued call waits until a round trip takes it; only ctx ends the wait
+// early (c.err is then the context's error). Once sent, it waits for the
+// answer, which the sender's timeout bounds.
+func (b *batcher) do(ctx context.Context, c *call) {
 	b.mu.Lock()
 	if b.inflight < maxInflight {
 		b.inflight++
@@ -64,8 +68,6 @@ func (b *batcher) do(ctx context.Context, c *call, timeout time.Duration) {
 	c.lead = make(chan bool, 1)
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	select {
 	case lead := <-c.lead:
 		if lead {

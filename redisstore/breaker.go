@@ -55,9 +55,10 @@ func (b *breaker) check() error {
 	return *e
 }
 
-// record counts the outcome of one call that reached for Redis. parent is
-// the caller's context: a call its caller gave up on says nothing about
-// Redis.
+// record counts the outcome of one round trip to the node: err is nil, or
+// the error that says Redis failed. parent is the context the round trip
+// was sent with, before the store's timeout: one its caller gave up on says
+// nothing about Redis.
 func (b *breaker) record(parent context.Context, err error) {
 	switch {
 	case err == nil:

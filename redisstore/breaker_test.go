@@ -3,7 +3,9 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,4 +115,119 @@ func TestBreakerIgnoresCallerCancellations(t *testing.T) {
 	if res, err := s.Take(context.Background(), "k", p, 1); err != nil || !res.Allowed {
 		t.Fatalf("after cancellations and error replies: %+v %v; the circuit must stay closed", res, err)
 	}
+}
+
+// Calls queued for a batch when the circuit opens fail at once with
+// ErrCircuitOpen instead of each waiting for a round trip of its own: an
+// outage costs a queued call at most the round trip ahead of it.
+func TestQueuedCallsFailAtOnceWhenTheCircuitOpens(t *testing.T) {
+	srv := startServer(t)
+	c := srv.client(t)
+	var calls counter
+	c.AddHook(&calls)
+	s := newStore(t, c, redisstore.WithTimeout(300*time.Millisecond), redisstore.WithBreaker(1, time.Hour))
+	p := addrlimit.Policy{Name: "default", Burst: 10, Interval: time.Hour}
+	if err := s.Reset(context.Background(), "warm-up", p); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	if err := srv.client(t).Do(context.Background(), "CLIENT", "PAUSE", 5000, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan int64, 4)
+	release := make(chan struct{})
+	calls.gate = func(keys int64) {
+		started <- keys
+		<-release // held until the calls have queued; then Redis, paused, times them out
+	}
+	const queued = 20
+	errs := queueBehindTwo(s, p, started, queued)
+	close(release)
+	var open int
+	for range 2 + queued {
+		if err := <-errs; errors.Is(err, redisstore.ErrCircuitOpen) {
+			open++
+		}
+	}
+	if open != queued {
+		t.Fatalf("%d of %d queued calls failed with ErrCircuitOpen, want all: they were sent after the circuit opened", open, queued)
+	}
+	if n := len(started); n != 0 {
+		t.Fatalf("%d more round trips sent after the circuit opened", n)
+	}
+}
+
+// The breaker counts round trips, not the calls they carry: one batch of
+// 20 calls that times out is one failure, so with a threshold of 2 the
+// circuit stays closed.
+func TestBreakerCountsRoundTripsNotCalls(t *testing.T) {
+	srv := startServer(t)
+	c := srv.client(t)
+	admin := srv.client(t)
+	var calls counter
+	c.AddHook(&calls)
+	s := newStore(t, c, redisstore.WithTimeout(300*time.Millisecond), redisstore.WithBreaker(2, time.Hour))
+	p := addrlimit.Policy{Name: "default", Burst: 10, Interval: time.Hour}
+	ctx := context.Background()
+	if err := s.Reset(ctx, "warm-up", p); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	started := make(chan int64, 4)
+	held, batch := make(chan struct{}), make(chan struct{})
+	var n atomic.Int64
+	calls.gate = func(keys int64) {
+		started <- keys
+		switch n.Add(1) {
+		case 1, 2:
+			<-held
+		case 3:
+			<-batch
+		}
+	}
+	const queued = 20
+	errs := queueBehindTwo(s, p, started, queued)
+	close(held) // both answered by Redis
+	if keys := <-started; keys != queued {
+		t.Fatalf("the batch carried %d keys, want %d", keys, queued)
+	}
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 10000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(batch) // one round trip, timed out by the paused Redis
+	failed := 0
+	for range 2 + queued {
+		if err := <-errs; err != nil {
+			failed++
+		}
+	}
+	if err := admin.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if failed != queued {
+		t.Fatalf("%d calls failed, want the %d of the batch", failed, queued)
+	}
+	if _, err := s.Take(ctx, "after", p, 1); err != nil {
+		t.Fatalf("after one failed round trip of %d calls: %v, want the circuit closed (threshold 2)", queued, err)
+	}
+}
+
+// queueBehindTwo starts two Takes, each a round trip that the caller's gate
+// holds (it sends to started, then blocks), then queued more, and returns
+// once those wait for a batch. Every Take's error arrives on the channel.
+func queueBehindTwo(s *redisstore.Store, p addrlimit.Policy, started <-chan int64, queued int) <-chan error {
+	errs := make(chan error, 2+queued)
+	take := func(key string) {
+		_, err := s.Take(context.Background(), key, p, 1)
+		errs <- err
+	}
+	for i := range 2 {
+		go take(fmt.Sprint("held", i))
+		<-started
+	}
+	for i := range queued {
+		go take(fmt.Sprint("k", i))
+	}
+	for s.QueuedCalls() != queued {
+		time.Sleep(time.Millisecond) // waiting for a state, not for a duration
+	}
+	return errs
 }

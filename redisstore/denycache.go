@@ -7,11 +7,15 @@ import (
 	"github.com/addrlimit/addrlimit"
 )
 
-// denyCache remembers keys that Redis reported empty (less than one whole
-// token), until the moment Redis would have one token again. Its zero capacity (or a nil *denyCache)
-// disables it. It is bounded: when full, it first drops expired entries, and
-// if none expired it does not remember the new key (which only costs a round
-// trip). Safe for concurrent use.
+// denyCache remembers, per key, the bucket state of Redis's last denial (the
+// time the bucket is full again, from which the tokens at any later time
+// follow), and denies locally every Take that state proves cannot have its
+// tokens yet, whatever its cost. An entry lasts one refill interval at most
+// (and not past the time the denied cost could be paid), so that a Refund or
+// Reset made through another instance is seen here within one interval. Its
+// zero capacity (or a nil *denyCache) disables it. It is bounded: when full,
+// it first drops expired entries, and if none expired it does not remember
+// the new key (which only costs a round trip). Safe for concurrent use.
 type denyCache struct {
 	max int
 
@@ -24,9 +28,18 @@ type denyCache struct {
 // a flood of new limited keys cannot make each request scan the cache.
 const sweepEvery = time.Second
 
+// A denial is a bucket state Redis reported, on the local clock.
 type denial struct {
-	retryAt, resetAt time.Time // local clock; retryAt: one whole token
-	interval         time.Duration
+	until         time.Time // the entry is dropped then
+	resetAt       time.Time // the bucket is full again: its theoretical arrival time
+	interval, tau time.Duration
+}
+
+// allowedAt returns when a Take of n tokens can succeed, unless another
+// instance takes or refunds meanwhile: n intervals after the bucket was
+// last a burst (tau) from full.
+func (d denial) allowedAt(n int) time.Time {
+	return d.resetAt.Add(time.Duration(n)*d.interval - d.tau)
 }
 
 func newDenyCache(max int) *denyCache {
@@ -36,8 +49,8 @@ func newDenyCache(max int) *denyCache {
 	return &denyCache{max: max, entries: make(map[string]denial)}
 }
 
-// lookup returns the denied Result of a Take of n tokens for key if Redis
-// said it is empty at now.
+// lookup returns the denied Result of a Take of n tokens for key at now if
+// the remembered state proves that n tokens do not exist yet.
 func (c *denyCache) lookup(key string, now time.Time, n int) (addrlimit.Result, bool) {
 	if c == nil {
 		return addrlimit.Result{}, false
@@ -48,36 +61,55 @@ func (c *denyCache) lookup(key string, now time.Time, n int) (addrlimit.Result, 
 	if !ok {
 		return addrlimit.Result{}, false
 	}
-	if !now.Before(d.retryAt) {
+	if !now.Before(d.until) {
 		delete(c.entries, key)
 		return addrlimit.Result{}, false
 	}
+	at := d.allowedAt(n)
+	if !now.Before(at) {
+		return addrlimit.Result{}, false
+	}
 	return addrlimit.Result{
-		RetryAfter: d.retryAt.Sub(now) + time.Duration(n-1)*d.interval,
+		Remaining:  int(max(0, (now.Sub(d.resetAt)+d.tau)/d.interval)),
+		RetryAfter: at.Sub(now),
 		ResetAfter: d.resetAt.Sub(now),
 	}, true
 }
 
-// remember records key as empty if res, the answer to a Take of n tokens
-// under a refill interval, says so: until one whole token exists, which is
-// (n-1) intervals before res.RetryAfter.
-func (c *denyCache) remember(key string, now time.Time, res addrlimit.Result, n int, interval time.Duration) {
-	if c == nil || res.Allowed || res.Remaining > 0 {
+// remember records key's state from res, Redis's answer to a Take of n
+// tokens sent at sent, under a refill interval and burst: a denial is
+// remembered, an answer for a remembered key updates its state. sent is
+// no later than Redis's clock when it answered, so the cache never denies
+// longer than Redis would.
+func (c *denyCache) remember(key string, sent time.Time, res addrlimit.Result, n int, interval time.Duration, burst int) {
+	if c == nil {
 		return
 	}
-	retry := res.RetryAfter - time.Duration(n-1)*interval
-	if retry <= 0 {
-		return
+	d := denial{resetAt: sent.Add(res.ResetAfter), interval: interval, tau: time.Duration(burst) * interval}
+	d.until = d.allowedAt(n)
+	if limit := sent.Add(interval); limit.Before(d.until) {
+		d.until = limit
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.entries[key]; !ok && len(c.entries) >= c.max {
-		if now.Before(c.nextSweep) {
+	old, ok := c.entries[key]
+	if res.Allowed {
+		if ok {
+			old.resetAt = d.resetAt
+			c.entries[key] = old
+		}
+		return
+	}
+	if !sent.Before(d.until) {
+		return
+	}
+	if !ok && len(c.entries) >= c.max {
+		if sent.Before(c.nextSweep) {
 			return
 		}
-		c.nextSweep = now.Add(sweepEvery)
-		for k, d := range c.entries {
-			if !now.Before(d.retryAt) {
+		c.nextSweep = sent.Add(sweepEvery)
+		for k, e := range c.entries {
+			if !sent.Before(e.until) {
 				delete(c.entries, k)
 			}
 		}
@@ -85,7 +117,7 @@ func (c *denyCache) remember(key string, now time.Time, res addrlimit.Result, n 
 			return
 		}
 	}
-	c.entries[key] = denial{retryAt: now.Add(retry), resetAt: now.Add(res.ResetAfter), interval: interval}
+	c.entries[key] = d
 }
 
 // forget drops key: a Refund or Reset changed its bucket.

@@ -13,9 +13,10 @@ import (
 func TestDenyCacheIsBounded(t *testing.T) {
 	c := newDenyCache(100)
 	now := time.Unix(1_700_000_000, 0)
+	// Burst 60 of 1/s, empty: one token in 1s.
 	denied := addrlimit.Result{RetryAfter: time.Second, ResetAfter: time.Minute}
 	for i := range 10_000 {
-		c.remember(fmt.Sprint("k", i), now, denied, 1, time.Second)
+		c.remember(fmt.Sprint("k", i), now, denied, 1, time.Second, 60)
 	}
 	if n := c.len(); n != 100 {
 		t.Fatalf("cache holds %d keys after a flood, want its size 100", n)
@@ -29,7 +30,7 @@ func TestDenyCacheIsBounded(t *testing.T) {
 	// Once the denials are over, a full cache makes room (sweeping at most
 	// once per sweepEvery).
 	later := now.Add(2 * time.Second)
-	c.remember("new", later, denied, 1, time.Second)
+	c.remember("new", later, denied, 1, time.Second, 60)
 	if _, ok := c.lookup("new", later, 1); !ok || c.len() != 1 {
 		t.Fatalf("expired entries not swept: len %d", c.len())
 	}
@@ -38,44 +39,67 @@ func TestDenyCacheIsBounded(t *testing.T) {
 		t.Fatal("expired denial served")
 	}
 	// A denial without a wait is not cached; a nil cache is a no-op.
-	c.remember("zero", later, addrlimit.Result{}, 1, time.Second)
+	c.remember("zero", later, addrlimit.Result{}, 1, time.Second, 60)
 	if _, ok := c.lookup("zero", later, 1); ok {
 		t.Fatal("zero RetryAfter cached")
 	}
 	var off *denyCache
-	off.remember("k", now, denied, 1, time.Second)
+	off.remember("k", now, denied, 1, time.Second, 60)
 	if _, ok := off.lookup("k", now, 1); ok || off.len() != 0 {
 		t.Fatal("disabled cache remembered")
 	}
 }
 
-// A denied Take of n tokens caches the time until one token exists; a Take
-// of m tokens then waits m-1 intervals more. Denials of a bucket that still
-// has tokens (n too large) are not cached; forget drops an entry.
-func TestDenyCacheCountsTokens(t *testing.T) {
+// A denial caches the bucket's state: every Take whose cost that state
+// proves unavailable is denied locally, whatever the cost that was denied,
+// with the RetryAfter Redis would give; Takes it cannot prove denied go to
+// Redis. An entry lasts one interval at most; an allowed answer updates a
+// remembered state; forget drops an entry.
+func TestDenyCacheDeniesEveryCostItCanProve(t *testing.T) {
 	c := newDenyCache(10)
 	now := time.Unix(1_700_000_000, 0)
-	// Take of 3 denied, 0 left, one token in 400ms: RetryAfter(3) = 400ms + 2s.
-	c.remember("k", now, addrlimit.Result{RetryAfter: 2400 * time.Millisecond, ResetAfter: 5 * time.Second}, 3, time.Second)
+	// Burst 5 of 1/s, full again in 3.6s: 1.4 tokens. A Take of 3 is denied
+	// (RetryAfter 1.6s) with 1 left.
+	c.remember("k", now, addrlimit.Result{Remaining: 1, RetryAfter: 1600 * time.Millisecond, ResetAfter: 3600 * time.Millisecond}, 3, time.Second, 5)
 	for _, tc := range []struct {
-		n    int
-		want time.Duration
-	}{{1, 400 * time.Millisecond}, {2, 1400 * time.Millisecond}, {5, 4400 * time.Millisecond}} {
-		res, ok := c.lookup("k", now, tc.n)
-		if !ok || res.Allowed || res.Remaining != 0 || res.RetryAfter != tc.want || res.ResetAfter != 5*time.Second {
-			t.Fatalf("Take of %d: %+v %v, want RetryAfter %v", tc.n, res, ok, tc.want)
+		at     time.Duration
+		n      int
+		denied bool
+		retry  time.Duration
+		left   int
+	}{
+		{0, 1, false, 0, 0}, // 1.4 tokens: a Take of 1 goes to Redis
+		{0, 2, true, 600 * time.Millisecond, 1},
+		{0, 3, true, 1600 * time.Millisecond, 1},
+		{0, 5, true, 3600 * time.Millisecond, 1},
+		{700 * time.Millisecond, 2, false, 0, 0},
+		{700 * time.Millisecond, 3, true, 900 * time.Millisecond, 2},
+		{999 * time.Millisecond, 5, true, 2601 * time.Millisecond, 2},
+		{time.Second, 5, false, 0, 0}, // one interval later: asks Redis again
+	} {
+		res, ok := c.lookup("k", now.Add(tc.at), tc.n)
+		if ok != tc.denied || ok && (res.Allowed || res.Remaining != tc.left || res.RetryAfter != tc.retry || res.ResetAfter != 3600*time.Millisecond-tc.at) {
+			t.Fatalf("Take of %d at +%v: %+v %v, want denied %v with %d left, RetryAfter %v", tc.n, tc.at, res, ok, tc.denied, tc.left, tc.retry)
 		}
 	}
-	if _, ok := c.lookup("k", now.Add(400*time.Millisecond), 1); ok {
-		t.Fatal("denied once one token exists")
+	if c.len() != 0 {
+		t.Fatal("entry kept past one interval")
 	}
-	c.remember("some", now, addrlimit.Result{Remaining: 2, RetryAfter: time.Second}, 3, time.Second)
-	if _, ok := c.lookup("some", now, 1); ok {
-		t.Fatal("a bucket with tokens left was cached as empty")
+	// Empty, then an allowed answer (through this store, after a refund
+	// elsewhere, say) updates the state: full again in 2s, so 3 tokens.
+	c.remember("k", now, addrlimit.Result{RetryAfter: 2 * time.Second, ResetAfter: 6 * time.Second}, 2, time.Second, 5)
+	if _, ok := c.lookup("k", now, 1); !ok {
+		t.Fatal("empty bucket not denied")
 	}
-	c.remember("k", now, addrlimit.Result{RetryAfter: time.Second}, 1, time.Second)
+	c.remember("k", now, addrlimit.Result{Allowed: true, Remaining: 3, ResetAfter: 2 * time.Second}, 1, time.Second, 5)
+	if res, ok := c.lookup("k", now, 4); !ok || res.Remaining != 3 || res.RetryAfter != time.Second {
+		t.Fatalf("Take of 4 after the update: %+v %v", res, ok)
+	}
+	if _, ok := c.lookup("k", now, 3); ok {
+		t.Fatal("Take of 3 denied with 3 tokens")
+	}
 	c.forget("k")
-	if _, ok := c.lookup("k", now, 1); ok {
+	if _, ok := c.lookup("k", now, 5); ok {
 		t.Fatal("forgotten key still denied")
 	}
 }

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -23,10 +24,13 @@ const argsPerKey = 4
 
 // gcra is the one script. It runs GCRA on every key of KEYS in order, with
 // Redis TIME as the only clock, and returns four integers per key: allowed
-// (1/0), remaining whole tokens, retry after µs, reset after µs. A bucket is
-// one integer, its theoretical arrival time (TAT) in µs, written with SET … PX
-// so that the key expires when the bucket is full again; a full bucket has no
-// key. Denied Takes and Peeks write nothing.
+// (1/0), remaining whole tokens, retry after µs, reset after µs. A key that
+// fails (a foreign value of another type, say) gets -1 as allowed instead,
+// and its error text follows the 4 × #KEYS integers, in key order: one key's
+// error never fails the others of its call. A bucket is one integer, its
+// theoretical arrival time (TAT) in µs, written with SET … PX so that the key
+// expires when the bucket is full again; a full bucket has no key. Denied
+// Takes and Peeks write nothing.
 //
 // One call usually carries one key; the batcher sends several keys of one
 // Redis Cluster hash slot in one call. Tests only may pass the time as a
@@ -41,14 +45,7 @@ else
   local t = redis.call("TIME")
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local out = {}
-for i = 1, #KEYS do
-  local a = (i - 1) * 4
-  local op = tonumber(ARGV[a + 1])
-  local n = tonumber(ARGV[a + 2])
-  local interval = tonumber(ARGV[a + 3])
-  local tau = interval * tonumber(ARGV[a + 4])
-  local key = KEYS[i]
+local function decide(op, n, interval, tau, key)
   local tat = now
   local allowed = -1
   if op == 3 then
@@ -59,15 +56,10 @@ for i = 1, #KEYS do
     if op == 0 then
       local nxt = tat + n * interval
       if nxt - now > tau then
-        allowed = 0
-        out[#out + 1] = 0
-        out[#out + 1] = math.floor((now + tau - tat) / interval)
-        out[#out + 1] = nxt - tau - now
-        out[#out + 1] = tat - now
-      else
-        tat = nxt
-        allowed = 1
+        return 0, math.floor((now + tau - tat) / interval), nxt - tau - now, tat - now
       end
+      tat = nxt
+      allowed = 1
     elseif op == 1 then
       tat = math.max(tat - n * interval, now)
     end
@@ -79,23 +71,45 @@ for i = 1, #KEYS do
       end
     end
   end
-  if allowed ~= 0 then
-    local rem = math.floor((now + tau - tat) / interval)
-    local retry = 0
-    if rem < 1 then
-      retry = tat + interval - tau - now
-    end
-    if allowed == -1 then
-      allowed = rem >= 1 and 1 or 0
-    end
-    out[#out + 1] = allowed
-    out[#out + 1] = rem
-    out[#out + 1] = retry
-    out[#out + 1] = tat - now
+  local rem = math.floor((now + tau - tat) / interval)
+  local retry = 0
+  if rem < 1 then
+    retry = tat + interval - tau - now
   end
+  if allowed == -1 then
+    allowed = rem >= 1 and 1 or 0
+  end
+  return allowed, rem, retry, tat - now
+end
+local out, errs = {}, {}
+for i = 1, #KEYS do
+  local a = (i - 1) * 4
+  local interval = tonumber(ARGV[a + 3])
+  local ok, allowed, rem, retry, reset = pcall(decide, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
+    interval, interval * tonumber(ARGV[a + 4]), KEYS[i])
+  if not ok then
+    errs[#errs + 1] = type(allowed) == "table" and allowed.err or tostring(allowed)
+    allowed, rem, retry, reset = -1, 0, 0, 0
+  end
+  out[#out + 1] = allowed
+  out[#out + 1] = rem
+  out[#out + 1] = retry
+  out[#out + 1] = reset
+end
+for _, e in ipairs(errs) do
+  out[#out + 1] = e
 end
 return out
 `)
+
+// A keyError is Redis's error for one key of a script call (WRONGTYPE, say):
+// an answer about that key, not an outage.
+type keyError string
+
+func (e keyError) Error() string { return string(e) }
+
+// RedisError marks keyError as an error Redis replied (redis.Error).
+func (keyError) RedisError() {}
 
 // isNoScript reports whether err is Redis saying it does not know the
 // script's SHA (after a restart or SCRIPT FLUSH).
@@ -107,7 +121,7 @@ func isNoScript(err error) bool {
 // stores each call's answer or the error in it. clock is nil outside tests.
 func runScript(ctx context.Context, c redis.Scripter, calls []*call, clock func() time.Time) {
 	keys, args := scriptArgs(calls, clock)
-	v, err := gcra.Run(ctx, c, keys, args...).Int64Slice()
+	v, err := gcra.Run(ctx, c, keys, args...).Slice()
 	setResults(calls, v, err)
 }
 
@@ -124,17 +138,37 @@ func scriptArgs(calls []*call, clock func() time.Time) ([]string, []any) {
 	return keys, args
 }
 
-// setResults spreads a script's reply (or err) over the calls it answered.
-func setResults(calls []*call, v []int64, err error) {
-	if err == nil && len(v) != argsPerKey*len(calls) {
-		err = fmt.Errorf("script returned %d values, want %d", len(v), argsPerKey*len(calls))
+// setResults spreads a script's reply (or err) over the calls it answered:
+// argsPerKey integers per call, then the error text of each failed key.
+func setResults(calls []*call, v []any, err error) {
+	if err == nil && len(v) < argsPerKey*len(calls) {
+		err = fmt.Errorf("script returned %d values, want at least %d", len(v), argsPerKey*len(calls))
 	}
-	for i, c := range calls {
-		if err != nil {
+	if err != nil {
+		for _, c := range calls {
 			c.err = err
-			continue
 		}
-		copy(c.reply[:], v[argsPerKey*i:])
+		return
+	}
+	errs := v[argsPerKey*len(calls):]
+	for i, c := range calls {
+		for j := range c.reply {
+			x, ok := v[argsPerKey*i+j].(int64)
+			if !ok {
+				c.err = fmt.Errorf("script returned %T, want an integer", v[argsPerKey*i+j])
+				break
+			}
+			c.reply[j] = x
+		}
+		if c.err == nil && c.reply[0] == -1 {
+			c.err = errors.New("script returned no error text for a failed key")
+			if len(errs) > 0 {
+				if msg, ok := errs[0].(string); ok {
+					c.err = keyError(msg)
+				}
+				errs = errs[1:]
+			}
+		}
 	}
 }
 
@@ -155,7 +189,7 @@ func runPipelined(ctx context.Context, c redis.UniversalClient, groups [][]*call
 			runScript(ctx, c, g, clock)
 			continue
 		}
-		v, err := cmds[i].Int64Slice()
+		v, err := cmds[i].Slice()
 		setResults(g, v, err)
 	}
 }

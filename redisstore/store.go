@@ -12,7 +12,9 @@
 //
 // Each decision is one Lua script call (EVALSHA, falling back to EVAL when
 // Redis lost its script cache) that runs GCRA atomically with Redis TIME as
-// the only clock, so instance clocks may disagree. A bucket is one integer
+// the only clock, so instance clocks may disagree. A key whose value Redis
+// cannot use (a foreign value of another type) fails its own decisions
+// only, never those batched with it. A bucket is one integer
 // (its theoretical arrival time in microseconds) written with SET … PX so
 // that the key expires as soon as the bucket would be full again. Decisions
 // equal those of the in-memory store at microsecond resolution (refill
@@ -48,16 +50,17 @@
 //
 // # Failures
 //
-// Every call has a short timeout (WithTimeout, default 50 ms) and returns the
-// error, and the Limiter applies its failure policy
+// Every round trip has a short timeout (WithTimeout, default 50 ms; time a
+// call spends queued for a batch is not part of it). A call whose round trip
+// fails returns the error, and the Limiter applies its failure policy
 // (addrlimit.WithStoreFailure): by default FailLocal, which decides with an
 // in-memory bucket per instance that continues from the state Redis last
 // reported for the key; FailOpen and FailClosed (503) are the alternatives.
 // Observers see Decision.Degraded and Decision.Err.
 //
 // A circuit breaker per Redis node (one for a single Redis, one per master of
-// a Cluster) stops asking a node after consecutive failures (WithBreaker,
-// default 3): calls then fail at once with an error that matches
+// a Cluster) stops asking a node after consecutive failed round trips
+// (WithBreaker, default 3): calls then fail at once with an error that matches
 // ErrCircuitOpen, so an outage costs no timeout per request (measured: p99
 // under 2 µs per decision one second into an outage, against the 50 ms
 // timeout without it). One goroutine per open circuit pings the node every
@@ -68,11 +71,12 @@
 // overloaded Redis that times out opens the circuit too: the instances then
 // decide locally until a probe gets an answer, which sheds the load.
 //
-// A local deny cache remembers, per key, until when Redis said the key is
-// empty, and denies Takes locally until then without a round trip, so a
-// client's flood becomes no Redis load. A Refund or Reset through this store
-// drops the key from it; one through another instance is seen here at the
-// latest when the cached denial ends, which is within one refill interval.
+// A local deny cache remembers the bucket state of Redis's last denial of a
+// key, for one refill interval at most, and denies locally, without a round
+// trip, every Take (of any cost) that this state proves cannot be paid yet,
+// so a client's flood becomes no Redis load. A Refund or Reset through this
+// store drops the key from it; one through another instance is seen here
+// within one refill interval.
 //
 // Exempt requests never reach the store. The Store is safe for concurrent use;
 // it never closes the client, which the caller owns.
@@ -135,11 +139,15 @@ func WithKeyPrefix(p string) Option {
 	}
 }
 
-// WithTimeout bounds each call to Redis, round trip included; it must be
-// positive. The default, 50 ms, is far above a healthy round trip inside one
-// region (about 0.1–1 ms) and short enough that an outage costs each request
-// little before the failure policy decides. A call that waits for a batch
-// may take up to about twice the timeout.
+// WithTimeout bounds each round trip to Redis; it must be positive. The
+// default, 50 ms, is far above a healthy round trip inside one region (about
+// 0.1–1 ms) and short enough that an outage costs each request little before
+// the failure policy decides. Set it well above the round trip of a distant
+// Redis. A call that arrives while round trips are in flight queues for the
+// next batch; the time it waits there is not part of its timeout and never a
+// failure: it waits for the round trips ahead of it (with q calls queued
+// ahead, about 1 + q / (2 × WithMaxBatch) of them, each bounded by the
+// timeout; none once the circuit is open), then for its own.
 func WithTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d <= 0 {
@@ -163,10 +171,11 @@ func WithDenyCache(maxKeys int) Option {
 }
 
 // WithBreaker sets the circuit breaker: a node's circuit opens after
-// failures consecutive calls failed for want of Redis (network errors,
-// timeouts, CLUSTERDOWN, LOADING and the like; not errors caused by the
-// caller's own context), and while open a background probe pings the node
-// every probeEvery. failures must be at least 1 and probeEvery at least
+// failures consecutive round trips to it failed for want of Redis (network
+// errors, a round trip that outlived the timeout, CLUSTERDOWN, LOADING and
+// the like; never the time a call spent queued for a batch, an error about
+// one key's value, or the caller's own context ending), and while open a
+// background probe pings the node every probeEvery. failures must be at least 1 and probeEvery at least
 // 1 ms. Defaults: 3 and 500 ms.
 func WithBreaker(failures int, probeEvery time.Duration) Option {
 	return func(s *Store) error {
@@ -236,6 +245,14 @@ func (s *Store) newBreaker(ping func(context.Context) *redis.StatusCmd) *breaker
 	}
 }
 
+// CheckPolicy implements addrlimit.PolicyChecker: it refuses a policy whose
+// burst × interval exceeds 2^50 µs (about 35.7 years), the bound of the
+// script's exact arithmetic, or whose name is invalid.
+func (s *Store) CheckPolicy(p addrlimit.Policy) error {
+	_, err := checkPolicy(p, 1)
+	return err
+}
+
 // Take implements addrlimit.Store: one round trip (shared with concurrent
 // calls), or none when the deny cache already knows the key is empty. Errors
 // (including the timeout and an open circuit) start with "redisstore: ".
@@ -267,9 +284,6 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	if err != nil {
 		return addrlimit.Result{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return addrlimit.Result{}, fmt.Errorf("redisstore: %w", err)
-	}
 	rkey := s.redisKey(key, p)
 	switch op {
 	case opTake:
@@ -281,17 +295,19 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 		// keep a denial from before the refund.
 		s.deny.forget(rkey)
 	}
+	if err := ctx.Err(); err != nil {
+		return addrlimit.Result{}, fmt.Errorf("redisstore: %w", err)
+	}
 	br := s.breakerFor(ctx, rkey)
 	if err := br.check(); err != nil {
 		return addrlimit.Result{}, err
 	}
-	c := &call{key: rkey, op: op, n: int64(n), interval: int64(interval / time.Microsecond), burst: int64(p.Burst)}
+	c := &call{key: rkey, op: op, n: int64(n), interval: int64(interval / time.Microsecond), burst: int64(p.Burst), br: br}
 	if s.batch != nil {
-		s.batch.do(ctx, c, s.timeout)
+		s.batch.do(ctx, c)
 	} else {
 		s.send(ctx, []*call{c})
 	}
-	br.record(ctx, c.err)
 	if c.err != nil {
 		return addrlimit.Result{}, fmt.Errorf("redisstore: %w", c.err)
 	}
@@ -303,7 +319,7 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	}
 	switch op {
 	case opTake:
-		s.deny.remember(rkey, time.Now(), res, n, interval)
+		s.deny.remember(rkey, c.sent, res, n, interval, p.Burst)
 	case opRefund, opReset:
 		s.deny.forget(rkey)
 	}
@@ -311,10 +327,65 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 }
 
 // send makes one round trip for calls: one script call per hash slot, in one
-// pipeline when there are several.
+// pipeline when there are several. Calls whose circuit opened while they
+// were queued fail at once. The round trip counts once for the breaker of
+// each node it reached: a failure if a call to that node failed for want of
+// Redis, a success otherwise.
 func (s *Store) send(ctx context.Context, calls []*call) {
+	var live []*call // nil while every call is live: no allocation
+	for i, c := range calls {
+		switch c.err = c.br.check(); {
+		case c.err != nil && live == nil:
+			live = append(make([]*call, 0, len(calls)), calls[:i]...)
+		case c.err == nil && live != nil:
+			live = append(live, c)
+		}
+	}
+	if live != nil {
+		calls = live
+	}
+	if len(calls) == 0 {
+		return
+	}
+	s.roundTrip(ctx, calls)
+	for _, c := range calls[1:] {
+		if c.br != calls[0].br {
+			recordPerNode(ctx, calls)
+			return
+		}
+	}
+	calls[0].br.record(ctx, outage(calls))
+}
+
+// recordPerNode records one round trip's outcome for each node it reached.
+func recordPerNode(ctx context.Context, calls []*call) {
+	byNode := make(map[*breaker][]*call)
+	for _, c := range calls {
+		byNode[c.br] = append(byNode[c.br], c)
+	}
+	for br, calls := range byNode {
+		br.record(ctx, outage(calls))
+	}
+}
+
+// outage returns the first error of calls that means Redis failed, or nil.
+func outage(calls []*call) error {
+	for _, c := range calls {
+		if c.err != nil && isOutage(c.err) {
+			return c.err
+		}
+	}
+	return nil
+}
+
+// roundTrip sends calls to Redis and stores each call's answer or error.
+func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	now := time.Now()
+	for _, c := range calls {
+		c.sent = now
+	}
 	if len(calls) == 1 {
 		runScript(ctx, s.client, calls, s.clock)
 		return
@@ -384,7 +455,7 @@ func checkPolicy(p addrlimit.Policy, n int) (time.Duration, error) {
 	}
 	interval := max(p.Interval.Round(time.Microsecond), time.Microsecond)
 	if int64(p.Burst) > maxTau/int64(interval/time.Microsecond) {
-		return 0, fmt.Errorf("redisstore: invalid policy: burst %d times interval %v is too long", p.Burst, p.Interval)
+		return 0, fmt.Errorf("redisstore: policy %q: burst %d × interval %v must be at most 2^50 µs (about 35.7 years), the longest bucket the script computes exactly", p.Name, p.Burst, p.Interval)
 	}
 	if n < 1 || n > p.Burst {
 		return 0, fmt.Errorf("redisstore: %d tokens for a burst of %d", n, p.Burst)
@@ -438,4 +509,7 @@ func (s *Store) redisKey(key string, p addrlimit.Policy) string {
 // DenyCacheLen returns the number of keys the deny cache holds.
 func (s *Store) DenyCacheLen() int { return s.deny.len() }
 
-var _ addrlimit.Store = (*Store)(nil)
+var (
+	_ addrlimit.Store         = (*Store)(nil)
+	_ addrlimit.PolicyChecker = (*Store)(nil)
+)

@@ -65,6 +65,17 @@ func newStore(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) 
 	return s
 }
 
+// countedStore returns a client of the shared Redis that counts script
+// calls, and a store on it.
+func countedStore(t testing.TB, opts ...redisstore.Option) (*redis.Client, *counter, *redisstore.Store) {
+	t.Helper()
+	needRedis(t)
+	c := shared.client(t)
+	calls := new(counter)
+	c.AddHook(calls)
+	return c, calls, newStore(t, c, opts...)
+}
+
 var prefixes atomic.Int64
 
 // testPrefix returns a key prefix no other test (nor another -count run,
@@ -195,9 +206,10 @@ func TestRefundAndResetEndCachedDenials(t *testing.T) {
 	if res := take("k", p, 2); res.Allowed || res.Remaining != 1 || res.RetryAfter <= 59*time.Minute || res.RetryAfter > time.Hour {
 		t.Fatalf("Take 2 of 1 left: %+v, want denied, 1 left, RetryAfter about 1h", res)
 	}
-	if n := s.DenyCacheLen(); n != 0 {
-		t.Fatalf("a bucket with a token left was cached as empty (%d entries)", n)
+	if n := s.DenyCacheLen(); n != 1 {
+		t.Fatalf("the denial of 2 with 1 left was not cached (%d entries)", n)
 	}
+	// The cached denial does not stop a Take the bucket can pay.
 	if res := take("k", p, 1); !res.Allowed || res.Remaining != 0 {
 		t.Fatalf("last token: %+v", res)
 	}
@@ -290,6 +302,32 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 	}
 }
 
+// A denied Take whose cost exceeds what is left is answered by the deny
+// cache too, with Redis's RetryAfter: a flood of expensive requests costs
+// one round trip, while a cost the bucket can pay still reaches Redis.
+func TestDenyCacheAnswersDenialsOfAnyCost(t *testing.T) {
+	_, calls, s := countedStore(t)
+	p := addrlimit.Policy{Name: "default", Burst: 5, Interval: time.Hour}
+	take := taker(t, s)
+	if res := take("k", p, 3); !res.Allowed || res.Remaining != 2 {
+		t.Fatalf("Take of 3 from a full bucket: %+v", res)
+	}
+	first := take("k", p, 3)
+	before := calls.n.Load()
+	for i := range 100 {
+		res := take("k", p, 3)
+		if res.Allowed || res.Remaining != 2 || res.RetryAfter > first.RetryAfter || res.RetryAfter < first.RetryAfter-time.Minute {
+			t.Fatalf("Take %d of 3 with 2 left: %+v, first denial %+v", i+1, res, first)
+		}
+	}
+	if n := calls.n.Load() - before; n != 0 {
+		t.Fatalf("%d script calls for 100 denied Takes of 3 with 2 left, want 0 (the deny cache knows)", n)
+	}
+	if res := take("k", p, 2); !res.Allowed || res.Remaining != 0 || calls.n.Load() != before+1 {
+		t.Fatalf("Take of 2 with 2 left: %+v, %d script calls, want allowed by Redis", res, calls.n.Load()-before)
+	}
+}
+
 // Calls that arrive while two script calls are in flight go together in
 // the next one: one script call carrying all their keys.
 func TestConcurrentCallsShareOneRoundTrip(t *testing.T) {
@@ -335,5 +373,99 @@ func TestConcurrentCallsShareOneRoundTrip(t *testing.T) {
 	wg.Wait()
 	if n := calls.n.Load(); n != 3 {
 		t.Fatalf("%d script calls, want 3 (two in flight, one batch)", n)
+	}
+}
+
+// A policy whose burst × interval is past what the script computes exactly
+// (2^50 µs, about 35.7 years) is refused when the Limiter is built, with an
+// error that names the bound; one just inside it decides in Redis.
+func TestNewRefusesPoliciesPastTheScriptBound(t *testing.T) {
+	needRedis(t)
+	s := newStore(t, shared.client(t))
+	const year = 8766 * time.Hour // 365.25 days
+	_, err := addrlimit.New(1, 36*year, addrlimit.WithStore(s))
+	if err == nil || !strings.Contains(err.Error(), "35.7 years") {
+		t.Fatalf("New(1 per 36 years): %v, want an error naming the bound", err)
+	}
+	if _, err := addrlimit.New(2, 72*year, addrlimit.WithStore(s)); err == nil {
+		t.Fatal("New(2 per 72 years) accepted")
+	}
+	lim, err := addrlimit.New(1, 35*year, addrlimit.WithStore(s), addrlimit.WithStoreFailure(addrlimit.FailClosed))
+	if err != nil {
+		t.Fatalf("New(1 per 35 years): %v", err)
+	}
+	for i, want := range []bool{true, false} {
+		d := lim.AllowKey(context.Background(), "", "k", 1)
+		if d.Degraded || (d.Outcome == addrlimit.Allowed) != want {
+			t.Fatalf("decision %d: %+v, want allowed %v by Redis", i+1, d, want)
+		}
+	}
+}
+
+// A foreign value of another type at one bucket's key (WRONGTYPE) fails
+// that key's decisions only: the other calls of its batch are answered, and
+// the circuit stays closed, since Redis answered.
+func TestOneBadKeyFailsOnlyItself(t *testing.T) {
+	c, calls, s := countedStore(t)
+	ctx := context.Background()
+	if err := c.LPush(ctx, s.RedisKey("bad", global), "foreign").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(ctx, "warm-up", global); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	started := make(chan int64, 16)
+	release := make(chan struct{})
+	var seen atomic.Int64
+	calls.gate = func(keys int64) {
+		started <- keys
+		if seen.Add(1) <= 2 {
+			<-release
+		}
+	}
+	const good = 30
+	var wg sync.WaitGroup
+	var goodErrs, badErrs atomic.Int64
+	take := func(key string, bad bool) {
+		res, err := s.Take(ctx, key, global, 1)
+		switch {
+		case bad && (err == nil || !strings.Contains(err.Error(), "WRONGTYPE")):
+			t.Errorf("Take of the bad key: %+v %v, want its WRONGTYPE error", res, err)
+		case bad:
+			badErrs.Add(1)
+		case err != nil:
+			goodErrs.Add(1)
+			t.Errorf("Take(%q) batched with a bad key: %v", key, err)
+		case !res.Allowed:
+			t.Errorf("Take(%q): %+v", key, res)
+		}
+	}
+	// Two calls in flight, held; then the bad key and the good ones queue
+	// and go in one script call.
+	for i := range 2 {
+		wg.Go(func() { take(fmt.Sprint("held", i), false) })
+		<-started
+	}
+	for i := range good + 3 {
+		if i%11 == 5 {
+			wg.Go(func() { take("bad", true) })
+		} else {
+			wg.Go(func() { take(fmt.Sprint("k", i), false) })
+		}
+	}
+	for s.QueuedCalls() != good+3 {
+		time.Sleep(time.Millisecond) // waiting for a state, not for a duration
+	}
+	close(release)
+	if keys := <-started; keys != good+3 {
+		t.Fatalf("the next script call carried %d keys, want the %d queued calls", keys, good+3)
+	}
+	wg.Wait()
+	if goodErrs.Load() != 0 || badErrs.Load() != 3 {
+		t.Fatalf("%d of %d good calls failed, %d of 3 bad ones", goodErrs.Load(), good+2, badErrs.Load())
+	}
+	// Redis answered: no outage, the circuit is closed.
+	if res, err := s.Take(ctx, "after", global, 1); err != nil || !res.Allowed {
+		t.Fatalf("Take after the bad key's errors: %+v %v", res, err)
 	}
 }
