@@ -1,5 +1,7 @@
 package bucket
 
+import "slices"
+
 // The approximate memory of a full shard: a count-min-style sketch of GCRA
 // times (Cormode & Muthukrishnan 2005, with the max-merge of conservative
 // update). It has sketchRows rows of width cells; a key maps to one cell per
@@ -60,6 +62,10 @@ const (
 	blockCells  = 1 << blockBits
 	scrubAfter  = unitsPerTau // units between scrubs of a block in use
 	idleUnits   = 16 * unitsPerTau
+	// The Go allocator rounds objects above largeObject bytes up to whole
+	// pages of pageBytes.
+	largeObject = 32 << 10
+	pageBytes   = 8 << 10
 )
 
 // sketchClock converts the shard time line to sketch units for one policy.
@@ -94,16 +100,24 @@ func floorDiv(x, d int64) int64 {
 func ceilDiv(x, d int64) int64 { return -floorDiv(-x, d) }
 
 // newSketch returns an empty sketch for a shard of capacity shardCap, first
-// used at now.
+// used at now. Its cells fill their allocation: the allocator rounds a
+// small one up to its size class (at most 12.5%), which the rows use, and
+// a large one up to a multiple of 8 KB, so a large one is rounded down to
+// that first (losing at most 8 KB of cells, and none at the default cap).
 func newSketch(c sketchClock, shardCap int, now int64) *sketch {
-	w := max(minSketchWidth, sketchWidthPerKey*shardCap)
+	n := sketchRows * max(minSketchWidth, sketchWidthPerKey*shardCap)
+	if n > largeObject {
+		n &^= pageBytes - 1
+	}
+	cells := slices.Grow([]uint8(nil), n)
+	w := cap(cells) / sketchRows
+	cells = cells[:sketchRows*w]
 	nu := floorDiv(now, c.unit)
-	n := sketchRows * w
-	scrubs := make([]int64, (n+blockCells-1)/blockCells)
+	scrubs := make([]int64, (len(cells)+blockCells-1)/blockCells)
 	for i := range scrubs {
 		scrubs[i] = nu
 	}
-	return &sketch{cells: make([]uint8, n), width: uint64(w), scrubs: scrubs, lastMerge: nu, maxTAT: nu}
+	return &sketch{cells: cells, width: uint64(w), scrubs: scrubs, lastMerge: nu, maxTAT: nu}
 }
 
 // slots returns the index of h's cell in each row. h is a keyed hash already;
