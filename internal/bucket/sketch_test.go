@@ -268,3 +268,28 @@ func (t *Table) holdsExactly(h uint64) bool {
 	_, ok := s.ex.get(h)
 	return ok
 }
+
+// A sketch's rows use what the allocator hands out: at least the cells asked
+// for when small (rounded up to a size class), at most 8 KB fewer when
+// large (rounded down to whole pages, none lost at the default cap), and a
+// large one's bytes are a whole number of pages.
+func TestSketchFillsItsAllocation(t *testing.T) {
+	c := newSketchClock(int64(time.Minute))
+	for _, shardCap := range []int{1, 125, 390, 391, 487, 4096, 40_000} {
+		sk := newSketch(c, shardCap, 0)
+		want := sketchRows * max(minSketchWidth, sketchWidthPerKey*shardCap)
+		got := len(sk.cells)
+		require.Equal(t, sketchRows*int(sk.width), got)
+		if want <= largeObject {
+			require.GreaterOrEqual(t, got, want, "cap %d", shardCap)
+			require.LessOrEqual(t, got, want*9/8, "cap %d", shardCap)
+		} else {
+			require.LessOrEqual(t, got, want, "cap %d", shardCap)
+			require.Greater(t, got, want-pageBytes, "cap %d", shardCap)
+			require.Greater(t, got, cap(sk.cells)-sketchRows, "cap %d: bytes left unused", shardCap)
+			require.Zero(t, cap(sk.cells)%pageBytes, "cap %d", shardCap)
+		}
+		require.Len(t, sk.scrubs, (got+blockCells-1)/blockCells)
+	}
+	require.Equal(t, sketchRows*sketchWidthPerKey*4096, len(newSketch(c, 4096, 0).cells), "the default cap loses cells")
+}

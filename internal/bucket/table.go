@@ -46,8 +46,9 @@ const (
 // slots at a load of at most 0.8 (20 bytes per key of capacity when full;
 // see exact), plus, once a shard has evicted, its sketch of 3 rows x 28 x
 // shard cap one-byte cells and one int64 per 256 cells (under 87 bytes per
-// key of capacity), released after 16 idle refill times: under 107 bytes per
-// key of capacity, and about 16 KB of shard headers. Below the cap, new keys
+// key of capacity, or up to 12.5% more where the allocator rounds a small
+// shard's up anyway), released after 16 idle refill times: about 107 bytes
+// per key of capacity, and about 16 KB of shard headers. Below the cap, new keys
 // inspect 2 random buckets each on average (8 every 4th new key, once a
 // shard holds 64) and drop those that have refilled. If every key inserted
 // is eventually dropped, a table of N buckets holding L live ones drops
