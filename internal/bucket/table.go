@@ -350,7 +350,7 @@ type TableStats struct {
 }
 
 // Stats returns the table's counters. It locks each shard in turn (twice)
-// and reads one row of each shard's sketch (4 cells per key of capacity),
+// and reads one row of each shard's sketch (28 cells per key of capacity),
 // judging liveness at the latest time any shard has seen.
 func (t *Table) Stats() TableStats {
 	var st TableStats
