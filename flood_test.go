@@ -335,20 +335,6 @@ func TestFloodSingleRequestsDoNotCascade(t *testing.T) {
 	}
 }
 
-// Beyond 128x the cap, single requests compound again (README, "Memory"):
-// the figures the README gives for larger floods and smaller bursts, as
-// floors that catch a regression.
-func TestFloodSingleRequestsBeyondTheTarget(t *testing.T) {
-	for _, c := range []struct {
-		limit, x int
-		floor    float64
-	}{{5, 192, 50}, {5, 256, 10}, {10, 256, 99}, {2, 32, 98}, {2, 128, 15}} {
-		served := floodThenNewcomers(t, c.limit, c.x, false)
-		t.Logf("%d/min, %dx the cap, one request each: %.1f%% of newcomers served", c.limit, c.x, served)
-		assert.GreaterOrEqual(t, served, c.floor, "%d/min, %dx the cap", c.limit, c.x)
-	}
-}
-
 // Issue 18, item 8: after floods of drained addresses, a newcomer is limited
 // when its 3 cells all collide with drained keys: x times the cap in rows
 // of 28 cells per key of capacity gives (1-exp(-x/28))^3. Served: within 3

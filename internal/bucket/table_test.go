@@ -209,6 +209,44 @@ func TestNewcomersServedAfterFlood(t *testing.T) {
 	assert.InDelta(t, float64(st.Evictions), float64(st.ApproxKeys), 0.25*float64(st.Evictions))
 }
 
+// floodThenServe floods a table of maxKeys with flood keys that each take
+// one token (or drain their bucket) at time 0, and returns the percentage
+// of 1,000 newcomers served.
+func floodThenServe(p Policy, maxKeys, flood int, drained bool, seed uint64) float64 {
+	rng := rand.New(rand.NewPCG(seed, 18))
+	tab := NewTable(p, maxKeys)
+	for range flood {
+		if h := rng.Uint64(); drained {
+			drain(tab, h, 0)
+		} else {
+			tab.Take(h, 0, 1)
+		}
+	}
+	served := 0
+	for range 1000 {
+		if tab.Take(rng.Uint64(), 0, 1).Allowed {
+			served++
+		}
+	}
+	return float64(served) / 10
+}
+
+// Beyond 128x the cap, floods of single requests compound again (README,
+// "Memory"): the figures the README gives for larger floods and smaller
+// bursts, as floors that catch a regression (5/min means a token every
+// 12s; 1,000 keys of capacity).
+func TestSingleRequestFloodsBeyondTheTarget(t *testing.T) {
+	for _, c := range []struct {
+		burst, x int
+		floor    float64
+	}{{5, 192, 50}, {5, 256, 10}, {10, 256, 99}, {2, 32, 98}, {2, 128, 15}} {
+		p := mustPolicy(t, c.burst, time.Minute/time.Duration(c.burst))
+		served := floodThenServe(p, 1000, c.x*1000, false, uint64(c.x))
+		t.Logf("%d/min, %dx the cap, one request each: %.1f%% of newcomers served", c.burst, c.x, served)
+		assert.GreaterOrEqual(t, served, c.floor, "%d/min, %dx the cap", c.burst, c.x)
+	}
+}
+
 // evictIntoSketch drains h and floods the table with drained keys until h
 // lives only in the approximate memory.
 func evictIntoSketch(t *testing.T, tab *Table, rng *rand.Rand, h uint64, now int64) {
