@@ -48,14 +48,14 @@ const (
 // shard cap one-byte cells and one int64 per 256 cells (under 87 bytes per
 // key of capacity, or up to 12.5% more where the allocator rounds a small
 // shard's up anyway), released after 16 idle refill times: about 107 bytes
-// per key of capacity, and about 16 KB of shard headers. Below the cap, new keys
-// inspect 2 random buckets each on average (8 every 4th new key, once a
-// shard holds 64) and drop those that have refilled. If every key inserted
-// is eventually dropped, a table of N buckets holding L live ones drops
-// 2(N-L)/N per insert, so it settles at N = 2L: the table holds about twice
-// the keys active within one refill time (at least 64 per shard), never more
-// than maxKeys. Tables grow but do not shrink, so this is also what bounds
-// memory below the cap.
+// per key of capacity, and about 16 KB of shard headers. Below the cap, new
+// keys inspect 2 random buckets each on average (8 every 4th new key, once
+// a shard holds 64) and drop those that have refilled. If every key
+// inserted is eventually dropped, a table of N buckets holding L live ones
+// drops 2(N-L)/N per insert, so it settles at N = 2L: the table holds about
+// twice the keys active within one refill time (at least 64 per shard),
+// never more than maxKeys. Tables grow but do not shrink, so this is also
+// what bounds memory below the cap.
 //
 // Held buckets: a bucket whose key the sketch would give a later state than
 // its own (after Reset, Refund or Mirror, or because other keys pushed its
