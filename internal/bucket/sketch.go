@@ -147,12 +147,14 @@ func (c sketchClock) live(v uint8, now int64) (int64, bool) {
 	return now + int64(d), true
 }
 
-// cell decodes cell i at nu, as free if its block is stale.
+// cell decodes cell i at nu, as free if its block is stale (looked up only
+// for a cell that reads live).
 func (sk *sketch) cell(c sketchClock, i int, nu int64) (int64, bool) {
-	if c.stale(sk.scrubs[i>>blockBits], nu) {
+	t, ok := c.live(sk.cells[i], nu)
+	if ok && c.stale(sk.scrubs[i>>blockBits], nu) {
 		return 0, false
 	}
-	return c.live(sk.cells[i], nu)
+	return t, ok
 }
 
 // estimate returns the earliest time (ns) among h's cells, never earlier
