@@ -5,6 +5,7 @@ package addrlimit_test
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -133,16 +134,33 @@ func honestBudget(addrs, burst int, interval, elapsed time.Duration) float64 {
 	return float64(addrs) * (float64(burst) + float64(elapsed)/float64(interval))
 }
 
-// Issue 11, target 3a: 2,000 addresses through WithMaxKeys(1000), each
-// spending all but one token and moving on, for 2s: at most 1.5x the honest
-// budget (it was 56x when evicted buckets came back full).
-func TestFloodRotationKeepOneToken(t *testing.T) {
+// rotationAddrs addresses at rotationBurst per minute go through
+// WithMaxKeys(1000).
+const rotationAddrs, rotationBurst = 2000, 10
+
+// rotation plays an address rotation (play returns the requests allowed)
+// and asserts that it got at most 1.1x the honest budget of its addresses
+// (issue 18; the target of issue 11 was 1.5x).
+func rotation(t *testing.T, name string, play func(f *flooder) int) {
 	synctest.Test(t, func(t *testing.T) {
-		const addrs, burst = 2000, 10
-		f := newFlooder(t, burst, time.Minute, addrlimit.WithMaxKeys(1000))
-		start, allowed := time.Now(), 0
-		for time.Since(start) < 2*time.Second {
-			for i := range addrs {
+		f := newFlooder(t, rotationBurst, time.Minute, addrlimit.WithMaxKeys(1000))
+		start := time.Now()
+		allowed := play(f)
+		elapsed := time.Since(start)
+		ratio := float64(allowed) / honestBudget(rotationAddrs, rotationBurst, 6*time.Second, elapsed)
+		t.Logf("%s over %v: %d allowed, %.2fx the honest budget; %+v", name, elapsed, allowed, ratio, f.lim.Stats())
+		assert.LessOrEqual(t, ratio, 1.1)
+		assert.Positive(t, f.lim.Stats().Evictions, "the table never filled: the test proves nothing")
+	})
+}
+
+// Issue 11, target 3a: each address spends all but one token and moves on,
+// a pass every 50ms for 2s (it was 56x when evicted buckets came back full).
+func TestFloodRotationKeepOneToken(t *testing.T) {
+	rotation(t, "keep-one-token rotation", func(f *flooder) int {
+		allowed := 0
+		for start := time.Now(); time.Since(start) < 2*time.Second; time.Sleep(50 * time.Millisecond) {
+			for i := range rotationAddrs {
 				for {
 					d := f.allow(attacker(i))
 					if d.Outcome == addrlimit.Allowed {
@@ -153,36 +171,41 @@ func TestFloodRotationKeepOneToken(t *testing.T) {
 					}
 				}
 			}
-			time.Sleep(50 * time.Millisecond)
 		}
-		elapsed := time.Since(start)
-		ratio := float64(allowed) / honestBudget(addrs, burst, 6*time.Second, elapsed)
-		t.Logf("keep-one-token rotation over %v: %d allowed, %.2fx the honest budget; %+v", elapsed, allowed, ratio, f.lim.Stats())
-		assert.LessOrEqual(t, ratio, 1.5)
-		assert.Positive(t, f.lim.Stats().Evictions, "the table never filled: the test proves nothing")
+		return allowed
 	})
 }
 
-// Issue 11, target 3b: drain 2,000 addresses, wait one refill interval (6s),
-// drain again, 10 times: at most 1.5x the honest budget (it was 2.7x).
+// Issue 11, target 3b: drain every address, wait one refill interval (6s),
+// drain again, 10 times (it was 2.7x).
 func TestFloodRotationDrainWait(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const addrs, burst = 2000, 10
-		f := newFlooder(t, burst, time.Minute, addrlimit.WithMaxKeys(1000))
-		start, allowed := time.Now(), 0
+	rotation(t, "drain-wait-rotate", func(f *flooder) int {
+		allowed := 0
 		for cycle := range 10 {
 			if cycle > 0 {
 				time.Sleep(6 * time.Second)
 			}
-			for i := range addrs {
+			for i := range rotationAddrs {
 				allowed += f.drain(attacker(i))
 			}
 		}
-		elapsed := time.Since(start)
-		ratio := float64(allowed) / honestBudget(addrs, burst, 6*time.Second, elapsed)
-		t.Logf("drain-wait-rotate over %v: %d allowed, %.2fx the honest budget; %+v", elapsed, allowed, ratio, f.lim.Stats())
-		assert.LessOrEqual(t, ratio, 1.5)
-		assert.Positive(t, f.lim.Stats().Evictions, "the table never filled: the test proves nothing")
+		return allowed
+	})
+}
+
+// Issue 18: one request from each address per pass, a pass every 50ms for
+// 2s: keys that spend a single token each are remembered too.
+func TestFloodRotationSingleRequests(t *testing.T) {
+	rotation(t, "single-request rotation", func(f *flooder) int {
+		allowed := 0
+		for start := time.Now(); time.Since(start) < 2*time.Second; time.Sleep(50 * time.Millisecond) {
+			for i := range rotationAddrs {
+				if f.allow(attacker(i)).Outcome == addrlimit.Allowed {
+					allowed++
+				}
+			}
+		}
+		return allowed
 	})
 }
 
@@ -257,4 +280,106 @@ func TestDefaultMaxKeysMemory(t *testing.T) {
 	assert.LessOrEqual(t, grown/addrlimit.DefaultMaxKeys, 24.0, "bytes per key of capacity")
 	runtime.KeepAlive(keys)
 	runtime.KeepAlive(lim)
+}
+
+// customer is the i-th address of 192.0.2.0/24.
+func customer(i int) netip.Addr { return netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}) }
+
+// Issue 18, item 9: a Reset holds while the flood that evicted the key goes
+// on. 20 customers drained their buckets and were evicted by an attacker
+// draining 1,000 fresh addresses a second (WithMaxKeys(1000), 10/min);
+// support resets them; then each sends one request a second for 10s, within
+// its burst, while the flood continues: at least 95% of the 200 are served
+// (41-69 were when a reset bucket, full, was the first to be evicted).
+func TestFloodResetHoldsDuringFlood(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const customers, perSecond = 20, 1000
+		f := newFlooder(t, 10, time.Minute, addrlimit.WithMaxKeys(1000))
+		next := 0
+		floodOneSecond := func(then func(i int)) {
+			for i := range perSecond {
+				f.drain(attacker(next))
+				next++
+				if then != nil && i%(perSecond/customers) == 0 {
+					then(i / (perSecond / customers))
+				}
+			}
+			time.Sleep(time.Second)
+		}
+		for i := range customers {
+			f.drain(customer(i))
+		}
+		for range 5 {
+			floodOneSecond(nil)
+		}
+		ctx := t.Context()
+		for i := range customers {
+			require.Equal(t, addrlimit.Limited, f.allow(customer(i)).Outcome, "customer %d not limited before the reset", i)
+			require.NoError(t, f.lim.Reset(ctx, "", addrlimit.AddrKey(customer(i))))
+		}
+		served := 0
+		for range 10 {
+			floodOneSecond(func(i int) {
+				if f.allow(customer(i)).Outcome == addrlimit.Allowed {
+					served++
+				}
+			})
+		}
+		t.Logf("%d/%d requests of reset customers served during the flood; %+v", served, 10*customers, f.lim.Stats())
+		assert.GreaterOrEqual(t, served, 10*customers*95/100)
+	})
+}
+
+// floodThenNewcomers floods a fresh limiter (WithMaxKeys(1000), limit per
+// minute) with x*1000 addresses that each send one request or drain their
+// bucket, within one refill time, and returns the percentage of 1,000
+// newcomers served.
+func floodThenNewcomers(t *testing.T, limit, x int, drained bool) float64 {
+	var served int
+	synctest.Test(t, func(t *testing.T) {
+		f := newFlooder(t, limit, time.Minute, addrlimit.WithMaxKeys(1000))
+		for i := range x * 1000 {
+			if drained {
+				f.drain(attacker(i))
+			} else {
+				f.allow(attacker(i))
+			}
+		}
+		served = f.serveNewcomers(1000, false, 0)
+	})
+	return float64(served) / 10
+}
+
+// Issue 18, item 8: floods of one request per address no longer cascade.
+// Each newcomer whose cells are all taken inherits their minimum, spends a
+// token and writes that back when evicted; with 4 rows of 4 cells per key
+// this compounded to 77% served at 32x the cap and 2.4% at 64x (5/min), 0.3%
+// at 128x (10/min). Target: at least 99% up to 128x at burst 5.
+func TestFloodSingleRequestsDoNotCascade(t *testing.T) {
+	for _, c := range []struct{ limit, x int }{{5, 1}, {5, 4}, {5, 16}, {5, 32}, {5, 64}, {5, 128}, {10, 128}} {
+		served := floodThenNewcomers(t, c.limit, c.x, false)
+		t.Logf("%d/min, %dx the cap, one request each: %.1f%% of newcomers served", c.limit, c.x, served)
+		assert.GreaterOrEqual(t, served, 99.0, "%d/min, %dx the cap", c.limit, c.x)
+	}
+}
+
+// Issue 18, item 8: after floods of drained addresses, a newcomer is limited
+// when its 3 cells all collide with drained keys: x times the cap in rows
+// of 28 cells per key of capacity gives (1-exp(-x/28))^3. Served: within 3
+// points of that, and at least as often as with the previous sketch of 4
+// rows of 4 (100/99.7/92/58/18/4% at 1-32x); at least 90% at 8x.
+func TestFloodDrainedCurve(t *testing.T) {
+	for _, c := range []struct {
+		x   int
+		was float64
+	}{{1, 100}, {2, 99.7}, {4, 92}, {8, 58}, {16, 18}, {32, 4}} {
+		served := floodThenNewcomers(t, 5, c.x, true)
+		formula := 100 * (1 - math.Pow(1-math.Exp(-float64(c.x)/28), 3))
+		t.Logf("5/min, %dx the cap, drained: %.1f%% of newcomers served (formula %.1f%%, was %.1f%%)", c.x, served, formula, c.was)
+		assert.GreaterOrEqual(t, served, formula-3, "%dx the cap", c.x)
+		assert.GreaterOrEqual(t, served, min(c.was, 99.5), "%dx the cap", c.x)
+		if c.x == 8 {
+			assert.GreaterOrEqual(t, served, 90.0)
+		}
+	}
 }

@@ -1,6 +1,6 @@
 package bucket
 
-import "math/bits"
+import "slices"
 
 // The approximate memory of a full shard: a count-min-style sketch of GCRA
 // times (Cormode & Muthukrishnan 2005, with the max-merge of conservative
@@ -12,59 +12,79 @@ import "math/bits"
 // gets at most the tokens it had, and a key never seen gets at most a full
 // bucket. Collisions only make estimates later (more limiting).
 //
-// Cells are uint32 counts of units (unit = tau/2^16, rounded up to whole
-// nanoseconds) of the shard's time line, modulo 2^32; 0 means free. Times are
-// rounded UP to a unit when merged, so rounding too only ever limits more.
-// A value is read relative to now: with d = value - now (mod 2^32, in units),
-// the cell is live when 1 <= d <= window, where window = 2*(tau in units + 1)
-// (twice what a TAT can reach, so that callers whose now is slightly older
-// than the merge's still read it live); otherwise the cell is free.
+// Cells are single bytes, so that a key of capacity gets many of them
+// (sketchRows x sketchWidthPerKey): what keeps newcomers from colliding
+// with a flood in every row is the number of cells per flooding key, and a
+// flood of keys that each spend a token compounds through collisions (a
+// newcomer inherits its cells' minimum, spends, and is merged back one token
+// later) unless most newcomers find a free cell. A cell counts units of
+// tau/64 (rounded up to whole nanoseconds) of the shard's time line, modulo
+// 256; 0 means free. Times are rounded UP to a unit when merged, so
+// rounding too only ever limits more (by less than burst/64 tokens per
+// eviction). A value is read relative to now: with d = value - now (mod
+// 256, in units), the cell is live when 1 <= d <= window, window = tau in
+// units + 2, the most a merged TAT can lie ahead of now; otherwise the cell
+// is free. This needs a now that never goes back, which the shard
+// guarantees (it passes the latest time it has seen).
 //
-// Wrap-around: such a reading is right as long as the value was written less
-// than 2^32 - window units ago. Three rules make sure no cell gets that old:
-//   - every merge first scrubs cells at a cursor (zeroes the free ones) at a
-//     rate proportional to elapsed time, a full pass per scrubPeriod units;
-//   - a sketch whose cells are all free and which has not been merged into
-//     for idleUnits units is released (and allocated afresh when next
-//     needed), so scrubbing never falls more than idleUnits behind;
-//   - a cell live at one scrub is free at the next.
-//
-// Hence a nonzero cell is at most window + 2*(scrubPeriod+idleUnits) < 2^31.1
-// units old, far below 2^32 - window. Cost per merge: sketchRows cells plus
-// len(cells)*elapsed/scrubPeriod scrubbed cells, at most len(cells)/1024 when
-// merges are idleUnits apart and well under one cell per merge under a flood.
+// Wrap-around: a reading is right as long as no nonzero cell is older than
+// 256 - window units. Cells are grouped in blocks of blockCells, each with
+// the time of its last scrub (an int64, which does not wrap). A merge into a
+// block last scrubbed scrubAfter or more units ago first zeroes the block's
+// free cells (or the whole block once it cannot hold a live cell any more,
+// see stale); reads treat every cell of a stale block as free. So a nonzero
+// cell was written after its block's last scrub or was live at it: its
+// value lies within scrubAfter + window of that scrub, and the block is read
+// only while it is at most scrubAfter + window units old, under
+// 256 - window. Cost per merge: sketchRows cells, plus at most sketchRows
+// blocks of blockCells bytes scrubbed, each at most once per scrubAfter.
+// Reads cost sketchRows cells and block times.
 type sketch struct {
-	cells []uint32 // sketchRows rows of width cells
-	width uint64
-	// scrub state: next cell to scrub, time of the last merge (units) and the
-	// fraction of a cell owed by time already elapsed, in 2^-30 cells.
-	cursor    int
+	cells  []uint8 // sketchRows rows of width cells
+	width  uint64
+	scrubs []int64 // per block of blockCells cells: time of its last scrub, units
+	// lastMerge is the time of the last merge and maxTAT the latest value
+	// merged, in units: at or after maxTAT every cell is free.
 	lastMerge int64
-	owed      uint64
-	maxTAT    int64 // latest value merged, in units: at or after it every cell is free
+	maxTAT    int64
 }
 
 const (
-	sketchRows = 4
-	// sketchWidthPerKey is the width of a row per key of shard capacity.
-	sketchWidthPerKey = 4
+	sketchRows = 3
+	// sketchWidthPerKey is the width of a row per key of shard capacity:
+	// sketchRows x sketchWidthPerKey bytes per key.
+	sketchWidthPerKey = 28
 	minSketchWidth    = 32
-	// unitsPerTau fixes the resolution: a unit is tau/2^16, so rounding costs
-	// a returning key at most burst/65536 tokens.
-	unitsPerTau = 1 << 16
-	scrubPeriod = 1 << 30          // units per full scrub pass (about 2^14 tau)
-	idleUnits   = 16 * unitsPerTau // about 16 tau
+	// unitsPerTau fixes the resolution: a unit is tau/64, so rounding costs
+	// a returning key less than burst/64 tokens.
+	unitsPerTau = 64
+	blockBits   = 8
+	blockCells  = 1 << blockBits
+	scrubAfter  = unitsPerTau // units between scrubs of a block in use
+	idleUnits   = 16 * unitsPerTau
+	// The Go allocator rounds objects above largeObject bytes up to whole
+	// pages of pageBytes.
+	largeObject = 32 << 10
+	pageBytes   = 8 << 10
 )
 
 // sketchClock converts the shard time line to sketch units for one policy.
 type sketchClock struct {
-	unit   int64  // nanoseconds per unit, >= 1
-	window uint32 // live window, units
+	unit   int64 // nanoseconds per unit, >= 1
+	window uint8 // live window, units
 }
 
 func newSketchClock(tau int64) sketchClock {
 	unit := max(1, ceilDiv(tau, unitsPerTau))
-	return sketchClock{unit: unit, window: uint32(2 * (ceilDiv(tau, unit) + 1))}
+	return sketchClock{unit: unit, window: uint8(ceilDiv(tau, unit) + 2)}
+}
+
+// stale reports whether a block last scrubbed at units scrub can hold no
+// live cell at nu: every cell written since, less than scrubAfter after it
+// (later merges scrub first), holds a time before nu, as does every cell
+// that was live at the scrub.
+func (c sketchClock) stale(scrub, nu int64) bool {
+	return nu-scrub > scrubAfter+int64(c.window)
 }
 
 // floorDiv and ceilDiv divide by a positive d, rounding toward minus and plus
@@ -80,11 +100,24 @@ func floorDiv(x, d int64) int64 {
 func ceilDiv(x, d int64) int64 { return -floorDiv(-x, d) }
 
 // newSketch returns an empty sketch for a shard of capacity shardCap, first
-// used at now.
+// used at now. Its cells fill their allocation: the allocator rounds a
+// small one up to its size class (at most 12.5%), which the rows use, and
+// a large one up to a multiple of 8 KB, so a large one is rounded down to
+// that first (losing at most 8 KB of cells, and none at the default cap).
 func newSketch(c sketchClock, shardCap int, now int64) *sketch {
-	w := max(minSketchWidth, sketchWidthPerKey*shardCap)
+	n := sketchRows * max(minSketchWidth, sketchWidthPerKey*shardCap)
+	if n > largeObject {
+		n &^= pageBytes - 1
+	}
+	cells := slices.Grow([]uint8(nil), n)
+	w := cap(cells) / sketchRows
+	cells = cells[:sketchRows*w]
 	nu := floorDiv(now, c.unit)
-	return &sketch{cells: make([]uint32, sketchRows*w), width: uint64(w), lastMerge: nu, maxTAT: nu}
+	scrubs := make([]int64, (len(cells)+blockCells-1)/blockCells)
+	for i := range scrubs {
+		scrubs[i] = nu
+	}
+	return &sketch{cells: cells, width: uint64(w), scrubs: scrubs, lastMerge: nu, maxTAT: nu}
 }
 
 // slots returns the index of h's cell in each row. h is a keyed hash already;
@@ -106,12 +139,22 @@ func (sk *sketch) slots(h uint64) [sketchRows]int {
 
 // live decodes cell value v at now (in units): its time in units and true,
 // or false when the cell is free.
-func (c sketchClock) live(v uint32, now int64) (int64, bool) {
-	d := v - uint32(now)
+func (c sketchClock) live(v uint8, now int64) (int64, bool) {
+	d := v - uint8(now)
 	if v == 0 || d == 0 || d > c.window {
 		return 0, false
 	}
 	return now + int64(d), true
+}
+
+// cell decodes cell i at nu, as free if its block is stale (looked up only
+// for a cell that reads live).
+func (sk *sketch) cell(c sketchClock, i int, nu int64) (int64, bool) {
+	t, ok := c.live(sk.cells[i], nu)
+	if ok && c.stale(sk.scrubs[i>>blockBits], nu) {
+		return 0, false
+	}
+	return t, ok
 }
 
 // estimate returns the earliest time (ns) among h's cells, never earlier
@@ -123,7 +166,7 @@ func (sk *sketch) estimate(c sketchClock, h uint64, now int64) int64 {
 	}
 	est := int64(0)
 	for i, slot := range sk.slots(h) {
-		t, ok := c.live(sk.cells[slot], nu)
+		t, ok := sk.cell(c, slot, nu)
 		if !ok {
 			return 0
 		}
@@ -138,13 +181,14 @@ func (sk *sketch) estimate(c sketchClock, h uint64, now int64) int64 {
 // keeps the later of its time and tat rounded up to a unit.
 func (sk *sketch) merge(c sketchClock, h uint64, tat, now int64) {
 	nu := floorDiv(now, c.unit)
-	sk.scrub(c, nu)
+	sk.lastMerge = max(sk.lastMerge, nu)
 	tu := ceilDiv(tat, c.unit)
-	v := uint32(tu)
+	v := uint8(tu)
 	if v == 0 {
 		v, tu = 1, tu+1 // 0 means free: one unit later is still conservative
 	}
 	for _, slot := range sk.slots(h) {
+		sk.scrub(c, slot>>blockBits, nu)
 		old, ok := c.live(sk.cells[slot], nu)
 		if !ok || old < tu {
 			sk.cells[slot] = v
@@ -153,21 +197,22 @@ func (sk *sketch) merge(c sketchClock, h uint64, tat, now int64) {
 	sk.maxTAT = max(sk.maxTAT, tu)
 }
 
-// scrub zeroes the free cells among those owed since the last merge.
-func (sk *sketch) scrub(c sketchClock, nu int64) {
-	elapsed := uint64(min(max(nu-sk.lastMerge, 0), 1<<31))
-	sk.lastMerge = max(sk.lastMerge, nu)
-	hi, lo := bits.Mul64(elapsed, uint64(len(sk.cells)))
-	lo, carry := bits.Add64(lo, sk.owed, 0)
-	hi += carry
-	n := hi<<34 | lo>>30
-	sk.owed = lo & (scrubPeriod - 1)
-	for range min(n, uint64(len(sk.cells))) {
-		if _, ok := c.live(sk.cells[sk.cursor], nu); !ok {
-			sk.cells[sk.cursor] = 0
-		}
-		if sk.cursor++; sk.cursor == len(sk.cells) {
-			sk.cursor = 0
+// scrub prepares block b for a merge at nu: unless it was scrubbed less than
+// scrubAfter ago, it zeroes its free cells (all of them if stale).
+func (sk *sketch) scrub(c sketchClock, b int, nu int64) {
+	last := sk.scrubs[b]
+	if nu-last < scrubAfter {
+		return
+	}
+	sk.scrubs[b] = nu
+	block := sk.cells[b*blockCells : min((b+1)*blockCells, len(sk.cells))]
+	if c.stale(last, nu) {
+		clear(block)
+		return
+	}
+	for i, v := range block {
+		if _, ok := c.live(v, nu); !ok {
+			block[i] = 0
 		}
 	}
 }
@@ -186,8 +231,8 @@ func (sk *sketch) fill(c sketchClock, now int64) (live, width int) {
 	if nu >= sk.maxTAT {
 		return 0, int(sk.width)
 	}
-	for _, v := range sk.cells[:sk.width] {
-		if _, ok := c.live(v, nu); ok {
+	for i := range int(sk.width) {
+		if _, ok := sk.cell(c, i, nu); ok {
 			live++
 		}
 	}

@@ -15,15 +15,16 @@ import (
 type sketchModel struct {
 	t     testing.TB
 	clock sketchClock
+	cap   int // shard capacity the sketch is sized for
 	sk    *sketch
 	truth map[uint64]int64
 	// shadow[i] is the latest time (units) merged into cell i; written[i]
-	// when cell i last changed to a nonzero value.
+	// when a merge last wrote cell i.
 	shadow, written []int64
 }
 
-func newSketchModel(t testing.TB, tau int64) *sketchModel {
-	return &sketchModel{t: t, clock: newSketchClock(tau), truth: map[uint64]int64{}}
+func newSketchModel(t testing.TB, tau int64, shardCap int) *sketchModel {
+	return &sketchModel{t: t, clock: newSketchClock(tau), cap: shardCap, truth: map[uint64]int64{}}
 }
 
 func (m *sketchModel) merge(h uint64, tat, now int64) {
@@ -31,42 +32,42 @@ func (m *sketchModel) merge(h uint64, tat, now int64) {
 		m.sk = nil
 	}
 	if m.sk == nil {
-		m.sk = newSketch(m.clock, 1, now) // rows of 32 cells: many collisions
+		m.sk = newSketch(m.clock, m.cap, now)
 		m.shadow = make([]int64, len(m.sk.cells))
 		m.written = make([]int64, len(m.sk.cells))
 	}
-	before := append([]uint32(nil), m.sk.cells...)
-	m.sk.merge(m.clock, h, tat, now)
 	tu := ceilDiv(tat, m.clock.unit)
-	if uint32(tu) == 0 {
+	if uint8(tu) == 0 {
 		tu++
 	}
+	nu := floorDiv(now, m.clock.unit)
+	for _, slot := range m.sk.slots(h) {
+		if old, live := m.sk.cell(m.clock, slot, nu); !live || old < tu {
+			m.written[slot] = nu // the merge writes this cell
+		}
+	}
+	m.sk.merge(m.clock, h, tat, now)
 	for _, slot := range m.sk.slots(h) {
 		m.shadow[slot] = max(m.shadow[slot], tu)
-	}
-	for i, v := range m.sk.cells {
-		if v != 0 && v != before[i] {
-			m.written[i] = floorDiv(now, m.clock.unit)
-		}
 	}
 	m.truth[h] = tat
 }
 
 // check asserts at now: every cell reads as its exact copy (live with the
-// same time, or free), however often the 32-bit clock wrapped; no nonzero
-// cell is older than the bound the scrub guarantees; and no key's estimate
-// is earlier than its state.
+// same time, or free), however often the 8-bit clock wrapped; no nonzero
+// cell of a block read as current is old enough to be misread; and no key's
+// estimate is earlier than its state.
 func (m *sketchModel) check(now int64) {
 	m.t.Helper()
 	if m.sk != nil {
 		nu := floorDiv(now, m.clock.unit)
-		maxAge := int64(m.clock.window) + 2*(scrubPeriod+idleUnits)
+		maxAge := int64(256 - int(m.clock.window))
 		for i, v := range m.sk.cells {
-			got, live := m.clock.live(v, nu)
+			got, live := m.sk.cell(m.clock, i, nu)
 			if want := m.shadow[i]; live != (want > nu) || live && got != want {
 				m.t.Fatalf("at %d: cell %d reads %d (live %v), merged %d", nu, i, got, live, want)
 			}
-			if v != 0 && nu-m.written[i] > maxAge {
+			if v != 0 && !m.clock.stale(m.sk.scrubs[i>>blockBits], nu) && nu-m.written[i] >= maxAge {
 				m.t.Fatalf("at %d: cell %d unscrubbed for %d units", nu, i, nu-m.written[i])
 			}
 		}
@@ -81,12 +82,12 @@ func (m *sketchModel) check(now int64) {
 	}
 }
 
-// The sketch over many wraps of its 32-bit clock: tau = 2^16ns makes a unit
-// 1ns, so 2^32 units pass every 4.3s of the time line.
+// The sketch over many wraps of its 8-bit clock: tau = 64ns makes a unit
+// 1ns, so 256 units pass every 256ns of the time line.
 func TestSketchNeverUnderestimates(t *testing.T) {
-	for _, tau := range []int64{1 << 16, int64(time.Minute), 7} {
+	for _, tau := range []int64{64, int64(time.Minute), 7} {
 		rng := rand.New(rand.NewPCG(uint64(tau), 1))
-		m := newSketchModel(t, tau)
+		m := newSketchModel(t, tau, 1) // rows of 32 cells: many collisions
 		unit := m.clock.unit
 		ks := keys(rng, 200)
 		now := int64(0)
@@ -105,29 +106,34 @@ func TestSketchNeverUnderestimates(t *testing.T) {
 				m.check(now)
 			}
 		}
-		t.Logf("tau %d: %d wraps of the cell clock", tau, floorDiv(now, unit)>>32)
+		t.Logf("tau %d: %d wraps of the cell clock", tau, floorDiv(now, unit)>>8)
 	}
 }
 
-// A sketch kept alive for many wraps of its clock by one key merged just
-// often enough, while the cells of every other key lie untouched: without
-// the scrub, those would read as live again after 2^32 units.
+// A sketch kept alive for many wraps of its clock by one key merged often
+// enough, while the cells of every other key lie untouched: without the
+// scrub and the stale blocks, those would read as live again after 256
+// units. Rows of 280 cells: 4 blocks, of which the key touches at most 3.
 func TestSketchScrubPreventsGhosts(t *testing.T) {
-	for _, tau := range []int64{1 << 16, int64(time.Minute)} {
+	for _, tau := range []int64{64, int64(time.Minute)} {
 		rng := rand.New(rand.NewPCG(uint64(tau), 2))
-		m := newSketchModel(t, tau)
+		m := newSketchModel(t, tau, 10)
 		unit := m.clock.unit
 		now := int64(0)
 		for _, h := range keys(rng, 100) {
 			m.merge(h, now+tau, now)
 		}
 		keep := rng.Uint64()
-		for range 25_000 {
-			now += (idleUnits - 1 - rng.Int64N(1000)) * unit
+		for i := range 25_000 {
+			gap := rng.Int64N(2 * scrubAfter) // scrubs, and merges between them
+			if i%10 == 0 {
+				gap = rng.Int64N(idleUnits) // blocks going stale
+			}
+			now += gap * unit
 			m.merge(keep, now+1+rng.Int64N(tau), now)
 			m.check(now)
 		}
-		require.Greater(t, floorDiv(now, unit)>>32, int64(5), "too few wraps")
+		require.Greater(t, floorDiv(now, unit)>>8, int64(1000), "too few wraps")
 	}
 }
 
@@ -135,16 +141,17 @@ func FuzzSketchNeverUnderestimates(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 255, 2, 0, 16, 128, 1, 255, 255, 3})
 	f.Add([]byte{0, 255, 255, 255, 0, 255, 255, 255, 0, 255, 255, 255})
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		const tau = 1 << 16 // unit 1ns
-		m := newSketchModel(t, tau)
+		const tau = 64 // unit 1ns
+		m := newSketchModel(t, tau, 10)
 		now := int64(0)
 		for len(ops) >= 4 {
-			// key (16 keys: heavy collisions), gap (scaled so a few steps
-			// cross the idle limit and the 2^32 wrap), state offset.
+			// key (16 keys: heavy collisions), gap (up to a wrap of the
+			// cell clock; 64 times that when ops[2] is odd, past the idle
+			// limit), state offset.
 			h := uint64(ops[0]%16) * 0x9e3779b97f4a7c15
-			gap := int64(binary.LittleEndian.Uint16(ops[1:3]))
-			if gap > 60_000 {
-				gap *= gap * 8
+			gap := int64(ops[1])
+			if ops[2]&1 == 1 {
+				gap *= 64
 			}
 			now += gap
 			m.merge(h, now+1+int64(ops[3])*tau/256, now)
@@ -260,4 +267,29 @@ func (t *Table) holdsExactly(h uint64) bool {
 	defer s.mu.Unlock()
 	_, ok := s.ex.get(h)
 	return ok
+}
+
+// A sketch's rows use what the allocator hands out: at least the cells asked
+// for when small (rounded up to a size class), at most 8 KB fewer when
+// large (rounded down to whole pages, none lost at the default cap), and a
+// large one's bytes are a whole number of pages.
+func TestSketchFillsItsAllocation(t *testing.T) {
+	c := newSketchClock(int64(time.Minute))
+	for _, shardCap := range []int{1, 125, 390, 391, 487, 4096, 40_000} {
+		sk := newSketch(c, shardCap, 0)
+		want := sketchRows * max(minSketchWidth, sketchWidthPerKey*shardCap)
+		got := len(sk.cells)
+		require.Equal(t, sketchRows*int(sk.width), got)
+		if want <= largeObject {
+			require.GreaterOrEqual(t, got, want, "cap %d", shardCap)
+			require.LessOrEqual(t, got, want*9/8, "cap %d", shardCap)
+		} else {
+			require.LessOrEqual(t, got, want, "cap %d", shardCap)
+			require.Greater(t, got, want-pageBytes, "cap %d", shardCap)
+			require.Greater(t, got, cap(sk.cells)-sketchRows, "cap %d: bytes left unused", shardCap)
+			require.Zero(t, cap(sk.cells)%pageBytes, "cap %d", shardCap)
+		}
+		require.Len(t, sk.scrubs, (got+blockCells-1)/blockCells)
+	}
+	require.Equal(t, sketchRows*sketchWidthPerKey*4096, len(newSketch(c, 4096, 0).cells), "the default cap loses cells")
 }

@@ -38,26 +38,30 @@ const (
 // than its true state: evicting an abuser, however drained, hands it nothing,
 // and rotating addresses through the table buys nothing. The cost is that a
 // newcomer whose cells all collide with drained keys is limited too: with F
-// keys evicted within one refill time into a row of width w (4 per key of
-// shard capacity), the probability is about (1-exp(-F/w))^4 (see the
+// keys evicted within one refill time into a row of width w (28 per key of
+// shard capacity), the probability is about (1-exp(-F/w))^3 (see the
 // README's "Memory" section for figures).
 //
 // Memory: at most maxKeys exact buckets, in open-addressing tables of 16-byte
 // slots at a load of at most 0.8 (20 bytes per key of capacity when full;
-// see exact), plus, once a shard has evicted, its sketch of 4 rows x 4 x
-// shard cap cells of 4 bytes (64 bytes per key of capacity), released after
-// 16 idle refill times: at most 84 bytes per key of capacity, and about
-// 16 KB of shard headers. Below the cap, new keys inspect 2 random buckets
-// each on average (8 every 4th new key, once a shard holds 64) and drop
-// those that have refilled. If every key inserted is eventually dropped, a
-// table of N buckets holding L live ones drops 2(N-L)/N per insert, so it
-// settles at N = 2L: the table holds about twice the keys active within one
-// refill time (at least 64 per shard), never more than maxKeys. Tables grow
-// but do not shrink, so this is also what bounds memory below the cap.
+// see exact), plus, once a shard has evicted, its sketch of 3 rows x 28 x
+// shard cap one-byte cells and one int64 per 256 cells (under 87 bytes per
+// key of capacity, or up to 12.5% more where the allocator rounds a small
+// shard's up anyway), released after 16 idle refill times: about 107 bytes
+// per key of capacity, and about 16 KB of shard headers. Below the cap, new
+// keys inspect 2 random buckets each on average (8 every 4th new key, once
+// a shard holds 64) and drop those that have refilled. If every key
+// inserted is eventually dropped, a table of N buckets holding L live ones
+// drops 2(N-L)/N per insert, so it settles at N = 2L: the table holds about
+// twice the keys active within one refill time (at least 64 per shard),
+// never more than maxKeys. Tables grow but do not shrink, so this is also
+// what bounds memory below the cap.
 //
-// Reset and refunds: a bucket that is full but whose key the sketch would
-// still limit stays in the exact table as a full bucket, and is neither swept
-// nor preferred as a victim, so that Reset really unblocks a key.
+// Held buckets: a bucket whose key the sketch would give a later state than
+// its own (after Reset, Refund or Mirror, or because other keys pushed its
+// cells later) is evicted only when the whole sample consists of such
+// buckets, so that a Reset holds while the flood goes on. A full one is
+// never swept.
 //
 // A Table is safe for concurrent use. The zero value is not usable; use
 // NewTable.
@@ -238,9 +242,9 @@ func (s *shard) put(t *Table, h uint64, tat, now int64, exists bool) {
 
 // makeRoom prepares the shard to admit one new key. Below the cap it sweeps
 // a few buckets; at the cap it drops the free buckets of a sample, or else
-// evicts the fullest sampled bucket into the approximate memory. Buckets
-// kept full on purpose (see Reset) are evicted only when the whole sample
-// consists of them.
+// evicts the fullest sampled bucket that the approximate memory would not
+// make emptier than it is (see held), into that memory. Only when every
+// sampled bucket is held so is the fullest of them evicted.
 func (s *shard) makeRoom(t *Table, now int64) {
 	if s.sk != nil && s.sk.idle(t.clock, now) {
 		s.sk = nil // every cell free and unused for 16 refill times
@@ -253,24 +257,18 @@ func (s *shard) makeRoom(t *Table, now int64) {
 		}
 		return
 	}
-	// Pick the victim among a sample; drop the free buckets found instead,
-	// after the scan (removing shifts entries).
+	// Drop the free buckets of the sample, after the scan (removing shifts
+	// entries); failing any, evict the best candidate.
 	var free [evictionSample]uint64
-	nFree := 0
-	var victim uint64
-	victimRank, victimTAT := int64(math.MaxInt64), int64(0)
+	var cand [evictionSample]slot
+	nFree, nCand := 0, 0
 	s.ex.sample(evictionSample, func(h uint64, tat int64) bool {
-		rank := tat
-		if tat <= now {
-			if s.free(t, h, tat, now) {
-				free[nFree] = h
-				nFree++
-				return true
-			}
-			rank = math.MaxInt64 // kept full on purpose: evict last
-		}
-		if victim == 0 || rank < victimRank {
-			victim, victimRank, victimTAT = h, rank, tat
+		if tat <= now && s.free(t, h, tat, now) {
+			free[nFree] = h
+			nFree++
+		} else {
+			cand[nCand] = slot{h, tat}
+			nCand++
 		}
 		return true
 	})
@@ -280,14 +278,45 @@ func (s *shard) makeRoom(t *Table, now int64) {
 		}
 		return
 	}
-	s.ex.remove(victim)
+	victim := s.victim(t, cand[:nCand], now)
+	s.ex.remove(victim.h)
 	s.evictions++
-	if victimTAT > now {
+	if victim.tat > now {
 		if s.sk == nil {
 			s.sk = newSketch(t.clock, int(s.max), now)
 		}
-		s.sk.merge(t.clock, victim, victimTAT, now)
+		s.sk.merge(t.clock, victim.h, victim.tat, now)
 	}
+}
+
+// victim returns the fullest of cand (not empty) that is not held, or the
+// fullest of all if every one is. It reorders cand.
+func (s *shard) victim(t *Table, cand []slot, now int64) slot {
+	for i := range cand {
+		// Selection sort, lazily: candidates are checked fullest first,
+		// and the first is nearly always the victim.
+		m := i
+		for j := i + 1; j < len(cand); j++ {
+			if cand[j].tat < cand[m].tat {
+				m = j
+			}
+		}
+		cand[i], cand[m] = cand[m], cand[i]
+		if !s.held(t, cand[i].h, cand[i].tat, now) {
+			return cand[i]
+		}
+	}
+	return cand[0]
+}
+
+// held reports whether the approximate memory would give h, in state tat,
+// a later state than its own: a bucket set by Reset, Refund or Mirror, or
+// one whose cells other keys have pushed later since it entered. Evicting
+// it would limit its client more than it has spent: such buckets are
+// evicted last, so that a Reset holds while the flood that evicted the key
+// goes on.
+func (s *shard) held(t *Table, h uint64, tat, now int64) bool {
+	return s.estimate(t, h, now) > ceilDiv(max(tat, now), t.clock.unit)*t.clock.unit
 }
 
 // sweep drops the free buckets among sweepSample random ones.
@@ -321,7 +350,7 @@ type TableStats struct {
 }
 
 // Stats returns the table's counters. It locks each shard in turn (twice)
-// and reads one row of each shard's sketch (4 cells per key of capacity),
+// and reads one row of each shard's sketch (28 cells per key of capacity),
 // judging liveness at the latest time any shard has seen.
 func (t *Table) Stats() TableStats {
 	var st TableStats
