@@ -353,6 +353,9 @@ func TestNewErrors(t *testing.T) {
 		{"cost over the default burst", lim, []grpclimit.Option{grpclimit.WithMethodCost(checkMethod, 6)}, "more than the burst 5"},
 		{"cost over the method's policy burst", lim, []grpclimit.Option{grpclimit.WithMethodCost(checkMethod, 3), grpclimit.WithMethodPolicy(checkMethod, "small")}, "more than the burst 2"},
 		{"service cost over a method's policy burst", lim, []grpclimit.Option{grpclimit.WithMethodCost("/grpc.health.v1.Health/", 3), grpclimit.WithMethodPolicy(checkMethod, "small")}, "more than the burst 2"},
+		{"message cost below 1", lim, []grpclimit.Option{grpclimit.WithStreamMessageCost(watchMethod, 0)}, "at least 1"},
+		{"message cost over the method's policy burst", lim, []grpclimit.Option{grpclimit.WithStreamMessageCost("/grpc.health.v1.Health/", 3), grpclimit.WithMethodPolicy(watchMethod, "small")}, "a message costs 3, more than the burst 2"},
+		{"message cost for a bad method", lim, []grpclimit.Option{grpclimit.WithStreamMessageCost("Watch", 1)}, "not a full method name"},
 		{"nil proxies", lim, []grpclimit.Option{grpclimit.WithTrustedProxies(nil)}, "nil"},
 	}
 	for _, tc := range tests {
