@@ -34,8 +34,10 @@ type ServiceInfoProvider interface {
 // Methods served by a grpc.UnknownServiceHandler are not registered, so
 // rules meant for them are reported too.
 func (i *Interceptor) CheckServer(s ServiceInfoProvider) error {
-	i.mustBeBuilt()
-	if s == nil {
+	switch {
+	case i == nil || i.lim == nil:
+		return errors.New("grpclimit: CheckServer on an Interceptor not built by New")
+	case s == nil:
 		return errors.New("grpclimit: CheckServer given nil")
 	}
 	services := s.GetServiceInfo()

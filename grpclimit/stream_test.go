@@ -77,7 +77,7 @@ func echoDesc(got chan<- recvAfterRefusal) *grpc.ServiceDesc {
 // serveEcho starts a server with the health and echo services on a free
 // loopback port, limited by gl, until the test ends; it returns the server
 // (not yet serving when CheckServer may need it) and a connection to it.
-func serveEcho(t *testing.T, gl *grpclimit.Interceptor, got chan<- recvAfterRefusal, opts ...grpc.ServerOption) (*grpc.Server, *grpc.ClientConn) {
+func serveEcho(t testing.TB, gl *grpclimit.Interceptor, got chan<- recvAfterRefusal, opts ...grpc.ServerOption) (*grpc.Server, *grpc.ClientConn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -273,6 +273,9 @@ func TestCheckServerNamesRulesThatMatchNothing(t *testing.T) {
 	}
 	if err := ok.CheckServer(nil); err == nil {
 		t.Error("CheckServer(nil) passed")
+	}
+	if err := new(grpclimit.Interceptor).CheckServer(srv); err == nil {
+		t.Error("CheckServer on a zero Interceptor passed")
 	}
 }
 
