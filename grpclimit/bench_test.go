@@ -14,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // BenchmarkUnaryInterceptor is the interceptor's own cost per allowed call,
@@ -83,6 +84,52 @@ func BenchmarkLoopbackCheck(b *testing.B) {
 				if _, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkLoopbackChatMessage is one message echoed on an open
+// bidirectional stream over loopback, with its messages free (the default)
+// and charged (WithStreamMessageCost): the price of a per-message decision.
+func BenchmarkLoopbackChatMessage(b *testing.B) {
+	for _, charged := range []bool{false, true} {
+		name := "free"
+		if charged {
+			name = "charged"
+		}
+		b.Run(name, func(b *testing.B) {
+			lim, err := addrlimit.New(1<<20, time.Second, addrlimit.WithBurst(1<<30))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var opts []grpclimit.Option
+			if charged {
+				opts = append(opts, grpclimit.WithStreamMessageCost(chatMethod, 1))
+			}
+			gl, err := grpclimit.New(lim, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, conn := serveEcho(b, gl, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, chatMethod)
+			if err != nil {
+				b.Fatal(err)
+			}
+			in, out := wrapperspb.String("message"), new(wrapperspb.StringValue)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.SendMsg(in); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.RecvMsg(out); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if st := lim.Stats(); charged && st.Allowed < uint64(b.N) {
+				b.Fatalf("%d decisions for %d messages", st.Allowed, b.N)
 			}
 		})
 	}

@@ -41,6 +41,9 @@ func Example() {
 	}
 	srv := grpc.NewServer(grpc.UnaryInterceptor(gl.Unary()), grpc.StreamInterceptor(gl.Stream()))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
+	if err := gl.CheckServer(srv); err != nil { // a misspelt method in a rule stops here
+		log.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -80,4 +83,23 @@ func Example() {
 	// retry in 30m0s pushback 30m0s
 	// internal: OK
 	// list: OK
+}
+
+// CheckServer, run once the services are registered, names the rules that
+// match no method of the server: here a misspelt method, which would
+// otherwise leave List on the default policy.
+func ExampleInterceptor_CheckServer() {
+	lim, err := addrlimit.New(100, time.Minute, addrlimit.WithPolicy("list", 10, time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
+	gl, err := grpclimit.New(lim, grpclimit.WithMethodPolicy("/grpc.health.v1.Health/Lsit", "list"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(gl.Unary()), grpc.StreamInterceptor(gl.Stream()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	fmt.Println(gl.CheckServer(srv))
+	// Output:
+	// grpclimit: 1 rule(s) cannot apply to the server's methods: "/grpc.health.v1.Health/Lsit" (WithMethodPolicy): the server registers no such method
 }

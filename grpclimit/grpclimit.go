@@ -23,9 +23,22 @@
 //
 // A call costs 1 token of the Limiter's default policy unless
 // WithMethodPolicy and WithMethodCost say otherwise for its method. A stream
-// is charged once, when it opens; its messages are not counted. The
+// is charged once, when it opens, and its messages are not counted, unless
+// WithStreamMessageCost charges each message the client sends. The
 // Limiter's PolicySelector, KeyFunc and WithCost are HTTP rules and are not
-// consulted.
+// consulted. A rule's method is not checked against the server when it is
+// set (New runs before the services are registered): call CheckServer at
+// start-up, so that a misspelt method cannot stay on the default policy.
+//
+// # Unknown methods
+//
+// grpc-go answers a call of a method the server does not register with
+// codes.Unimplemented before any interceptor runs: such calls (a scanner's
+// probes) are not limited, counted or observed. With
+// grpc.UnknownServiceHandler, grpc-go runs the stream interceptor for them
+// (unary calls included), so they are charged at the default cost under
+// the method name the client chose; an observer that labels by method then
+// sees names chosen by clients.
 //
 // # Refusals
 //
@@ -101,11 +114,12 @@ type config struct {
 	quota   bool
 }
 
-// rule is what WithMethodPolicy and WithMethodCost set for one method or
-// service; zero fields are unset.
+// rule is what WithMethodPolicy, WithMethodCost and WithStreamMessageCost
+// set for one method or service; zero fields are unset.
 type rule struct {
-	policy string
-	cost   int
+	policy  string
+	cost    int
+	msgCost int // per message received on a client stream; 0: not charged
 }
 
 // An Option configures an Interceptor in New.
@@ -136,18 +150,43 @@ func WithMethodPolicy(method, policy string) Option {
 // burst of the method's policy, which New checks, since a larger cost could
 // never be paid.
 func WithMethodCost(method string, n int) Option {
+	return costOption("WithMethodCost", method, n, func(r *rule) { r.cost = n })
+}
+
+// costOption is the Option named opt that sets a cost n of method's rule.
+func costOption(opt, method string, n int, set func(*rule)) Option {
 	return func(i *config) error {
 		if err := checkMethod(method); err != nil {
 			return err
 		}
 		if n < 1 {
-			return fmt.Errorf("grpclimit: WithMethodCost(%q): cost must be at least 1, got %d", method, n)
+			return fmt.Errorf("grpclimit: %s(%q): cost must be at least 1, got %d", opt, method, n)
 		}
 		r := i.rules[method]
-		r.cost = n
+		set(&r)
 		i.rules[method] = r
 		return nil
 	}
+}
+
+// WithStreamMessageCost charges each message a client sends on a
+// client-streaming or bidirectional stream of method n tokens, to the
+// stream's key and policy, on top of the stream's own cost when it opens;
+// method is named as for WithMethodPolicy. Without it a stream is charged
+// once, however many messages it carries. n must be at least 1 and at most
+// the burst of the method's policy.
+//
+// Each message is decided when the handler's RecvMsg (stream.Recv in
+// generated code) has received it, and is one decision in Stats and for
+// the observers, as a call is. When one is refused, RecvMsg returns the
+// refusal's status (ResourceExhausted with RetryInfo, as for a call) and
+// sets the pushback trailer; a handler that returns RecvMsg's error, as
+// generated handlers do, ends the stream with it. Every later RecvMsg
+// returns the same error and receives nothing. A stream exempt when it
+// opened (the internal token) is exempt for all its messages. Messages the
+// server sends are never charged.
+func WithStreamMessageCost(method string, n int) Option {
+	return costOption("WithStreamMessageCost", method, n, func(r *rule) { r.msgCost = n })
 }
 
 // WithTrustedProxies keys calls by the client address that t resolves from
@@ -216,32 +255,39 @@ func New(lim *addrlimit.Limiter, opts ...Option) (*Interceptor, error) {
 		i.rules = nil
 	}
 	for m := range i.rules {
-		policy, cost := i.rule(m)
-		burst, ok := bursts[policy]
+		r := i.rule(m)
+		burst, ok := bursts[r.policy]
 		if !ok {
-			return nil, fmt.Errorf("grpclimit: method %q: the Limiter has no policy %q", m, policy)
+			return nil, fmt.Errorf("grpclimit: method %q: the Limiter has no policy %q", m, r.policy)
 		}
-		if cost > burst {
-			return nil, fmt.Errorf("grpclimit: method %q costs %d, more than the burst %d of its policy, so no call could ever pay", m, cost, burst)
+		if r.cost > burst {
+			return nil, fmt.Errorf("grpclimit: method %q costs %d, more than the burst %d of its policy, so no call could ever pay", m, r.cost, burst)
+		}
+		if r.msgCost > burst {
+			return nil, fmt.Errorf("grpclimit: method %q: a message costs %d, more than the burst %d of its policy, so no message could ever pay", m, r.msgCost, burst)
 		}
 	}
 	return i, nil
 }
 
-// rule returns the policy ("" for the default one) and cost of method.
-func (i *config) rule(method string) (policy string, cost int) {
+// rule returns the rule of method, its own fields before its service's: the
+// policy ("" for the default one), the cost (at least 1) and the cost of a
+// message (0: messages are not charged).
+func (i *config) rule(method string) rule {
 	if i.rules == nil {
-		return "", 1
+		return rule{cost: 1}
 	}
 	r := i.rules[method]
-	if r.policy == "" || r.cost == 0 {
+	if r.policy == "" || r.cost == 0 || r.msgCost == 0 {
 		if s := strings.LastIndexByte(method, '/'); s > 0 {
 			svc := i.rules[method[:s+1]]
 			r.policy = cmpOr(r.policy, svc.policy)
 			r.cost = cmpOr(r.cost, svc.cost)
+			r.msgCost = cmpOr(r.msgCost, svc.msgCost)
 		}
 	}
-	return r.policy, max(r.cost, 1)
+	r.cost = max(r.cost, 1)
+	return r
 }
 
 func cmpOr[T comparable](a, b T) T {
@@ -259,7 +305,8 @@ func cmpOr[T comparable](a, b T) T {
 func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	i.mustBeBuilt()
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		d := i.decide(ctx, info.FullMethod)
+		r := i.rule(info.FullMethod)
+		d := i.decide(ctx, info.FullMethod, r.policy, r.cost)
 		if d.Outcome == addrlimit.Exempt {
 			return handler(ctx, req)
 		}
@@ -275,13 +322,15 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	}
 }
 
-// Stream returns the stream server interceptor: it decides each stream once,
-// when it opens, at the cost of its method, and refuses it before the
-// handler runs. It panics as Unary does if i was not built by New.
+// Stream returns the stream server interceptor: it decides each stream when
+// it opens, at the cost of its method, and refuses it before the handler
+// runs; with WithStreamMessageCost it also charges each message the client
+// sends. It panics as Unary does if i was not built by New.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 	i.mustBeBuilt()
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		d := i.decide(ss.Context(), info.FullMethod)
+		r := i.rule(info.FullMethod)
+		d := i.decide(ss.Context(), info.FullMethod, r.policy, r.cost)
 		if d.Outcome == addrlimit.Exempt {
 			return handler(srv, ss)
 		}
@@ -293,8 +342,41 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 		if i.quota {
 			_ = ss.SetHeader(i.quotaMD(&d))
 		}
+		if r.msgCost > 0 && info.IsClientStream {
+			ss = &chargedStream{ServerStream: ss, i: i, method: info.FullMethod, policy: r.policy, cost: r.msgCost}
+		}
 		return handler(srv, ss)
 	}
+}
+
+// chargedStream charges each message it receives (WithStreamMessageCost).
+// Like any ServerStream, it is not for concurrent RecvMsg calls.
+type chargedStream struct {
+	grpc.ServerStream
+	i      *Interceptor
+	method string
+	policy string
+	cost   int
+	err    error // the refusal, once a message was refused
+}
+
+// RecvMsg receives a message and decides it; a refused message is not
+// handed on, and neither is any later one.
+func (s *chargedStream) RecvMsg(m any) error {
+	if s.err != nil {
+		return s.err
+	}
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	d := s.i.decide(s.Context(), s.method, s.policy, s.cost)
+	if d.Denied() {
+		var md metadata.MD
+		md, s.err = s.i.refusal(&d)
+		s.SetTrailer(md)
+		return s.err
+	}
+	return nil
 }
 
 // mustBeBuilt panics if i was not built by New.
@@ -363,8 +445,9 @@ func (c *callContext) Value(key any) any {
 	return c.parent.Value(key)
 }
 
-// decide describes the call as an *http.Request and has the Limiter decide it.
-func (i *Interceptor) decide(ctx context.Context, method string) addrlimit.Decision {
+// decide describes the call as an *http.Request and has the Limiter decide
+// cost tokens of policy for it.
+func (i *Interceptor) decide(ctx context.Context, method, policy string, cost int) addrlimit.Decision {
 	cc := &callContext{parent: ctx, local: noAddr{}}
 	remote := ""
 	if p, ok := peer.FromContext(ctx); ok {
@@ -392,7 +475,6 @@ func (i *Interceptor) decide(ctx context.Context, method string) addrlimit.Decis
 			r.Header[i.proxies.Header()] = v
 		}
 	}
-	policy, cost := i.rule(method)
 	return i.lim.AllowAs(r, policy, i.key, cost)
 }
 

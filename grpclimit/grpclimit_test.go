@@ -353,6 +353,9 @@ func TestNewErrors(t *testing.T) {
 		{"cost over the default burst", lim, []grpclimit.Option{grpclimit.WithMethodCost(checkMethod, 6)}, "more than the burst 5"},
 		{"cost over the method's policy burst", lim, []grpclimit.Option{grpclimit.WithMethodCost(checkMethod, 3), grpclimit.WithMethodPolicy(checkMethod, "small")}, "more than the burst 2"},
 		{"service cost over a method's policy burst", lim, []grpclimit.Option{grpclimit.WithMethodCost("/grpc.health.v1.Health/", 3), grpclimit.WithMethodPolicy(checkMethod, "small")}, "more than the burst 2"},
+		{"message cost below 1", lim, []grpclimit.Option{grpclimit.WithStreamMessageCost(watchMethod, 0)}, "at least 1"},
+		{"message cost over the method's policy burst", lim, []grpclimit.Option{grpclimit.WithStreamMessageCost("/grpc.health.v1.Health/", 3), grpclimit.WithMethodPolicy(watchMethod, "small")}, "a message costs 3, more than the burst 2"},
+		{"message cost for a bad method", lim, []grpclimit.Option{grpclimit.WithStreamMessageCost("Watch", 1)}, "not a full method name"},
 		{"nil proxies", lim, []grpclimit.Option{grpclimit.WithTrustedProxies(nil)}, "nil"},
 	}
 	for _, tc := range tests {
@@ -425,6 +428,14 @@ func TestQuotaMetadata(t *testing.T) {
 // A client whose retry policy lists RESOURCE_EXHAUSTED waits the server's
 // pushback before retrying, not its own (much shorter) backoff, and the
 // retry then succeeds.
+//
+// A stall of the machine can only lengthen a wait, never shorten it, so the
+// bound "waited at least the pushback" holds under any load. A stall of a
+// whole refill between emptying the bucket and the call lets the call's
+// first attempt through unretried; such a call proves nothing and is simply
+// not counted: the test makes up to 200 calls until 2 were retried (a fast
+// allowed call costs about a millisecond), so only 199 such stalls in a row
+// could leave it without a measurement.
 func TestClientRetryPolicyHonoursThePushback(t *testing.T) {
 	lim, obs := newLimiter(t, 1, 200*time.Millisecond) // one token per 200 ms
 	const serviceConfig = `{"methodConfig": [{
@@ -439,9 +450,10 @@ func TestClientRetryPolicyHonoursThePushback(t *testing.T) {
 	}]}`
 	c := serve(t, lim, nil, grpc.WithDefaultServiceConfig(serviceConfig))
 	retried := 0
-	for n := 0; n < 10 && retried < 2; n++ {
+	for n := 0; n < 200 && retried < 2; n++ {
 		// Empty the bucket, so that the call's first attempt is refused
-		// (unless the machine stalls for a whole refill in between).
+		// (unless the machine stalls for a whole refill in between: then
+		// the call is not retried and not counted).
 		for lim.AllowKey(context.Background(), "", "127.0.0.1", 1).Outcome == addrlimit.Allowed {
 		}
 		start := len(obs.all())
@@ -470,7 +482,7 @@ func TestClientRetryPolicyHonoursThePushback(t *testing.T) {
 		}
 	}
 	if retried < 2 {
-		t.Fatalf("only %d calls were retried; the test measured nothing", retried)
+		t.Fatalf("only %d of 200 calls were retried; the test measured too little", retried)
 	}
 }
 
