@@ -27,7 +27,10 @@ type DebtStore interface {
 	// Burst × Interval and Remaining is 0. A bucket full since the debt
 	// was incurred still pays it: the Limiter forgets debts older than one
 	// full refill (Burst × Interval) instead. The Limiter passes
-	// 0 <= debt <= 2 × p.Burst. An error means nothing was charged.
+	// 0 <= debt <= 2 × p.Burst. After an error the Limiter keeps the debt
+	// for a later Take: a store that charged it and then failed (a timeout
+	// after Redis ran the call) has then been charged twice, which limits
+	// more, never less.
 	TakeWithDebt(ctx context.Context, key string, p Policy, n, debt int) (Result, error)
 }
 
