@@ -217,7 +217,10 @@ func (p *flapProxy) client(t testing.TB) *redis.Client {
 // Redis reachable and not every other 100 ms, two instances, default store
 // options: what each instance's local fallback spends reaches Redis as a
 // debt when it answers again, so that once Redis has seen it, the client got
-// no more than about its budget (without debts: 1.9–2.3×). The flapping
+// no more than about its budget (without debts: 2.2–2.4×; pushing each
+// instance's local state to Redis and keeping the later of both instead of
+// a debt, measured once: 1.7×, since each instance's state holds only its
+// own spending). The flapping
 // period alone shows the debt still owed at its end. The bound leaves room
 // for a loaded machine, where more decisions fall to the fallback.
 func TestFlappingRedisKeepsTheBudget(t *testing.T) {
