@@ -144,7 +144,8 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, kb []byte, ks str
 	// Decided whatever the caller does: a client that hangs up cancels
 	// r.Context(), and must not get the failure policy for it. The store's
 	// own timeout bounds the call.
-	res, storeErr := l.store.Take(context.WithoutCancel(ctx), keyString(kb, ks), ps.Policy, n)
+	key := keyString(kb, ks)
+	res, storeErr := l.storeTake(context.WithoutCancel(ctx), ps, key, n)
 	if storeErr == nil {
 		if l.failure == FailLocal {
 			ps.table.Mirror(h, l.now(), res.ResetAfter)
@@ -164,6 +165,9 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, kb []byte, ks str
 		ps.count(d)
 	default:
 		d.set(ps, Result(ps.table.Take(h, l.now(), int64(n)))) // counted by the table
+		if d.Outcome == Allowed {
+			l.owe(ps, key, n)
+		}
 	}
 	d.Cost, d.Degraded, d.Err = n, true, errors.Join(err, storeErr)
 	d.DryRun = d.Outcome == Limited && l.dryRun
@@ -196,6 +200,9 @@ func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, kb []byte, 
 	switch {
 	case l.store == nil || d.Degraded && l.failure == FailLocal:
 		ps.table.Refund(h, l.now(), int64(d.Cost))
+		if d.Degraded {
+			ps.debts.cancel(keyString(kb, ks), d.Cost)
+		}
 	case d.Degraded:
 		return
 	default:

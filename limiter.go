@@ -77,6 +77,7 @@ type Limiter struct {
 type policyState struct {
 	Policy
 	table   *bucket.Table // the buckets, or the local fallback of a remote store
+	debts   debtRecord    // what the local fallback charged, owed to a DebtStore
 	headers *headers.Writer
 	allowed counter.Striped // decisions of a remote store or of FailOpen/FailClosed
 	limited counter.Striped
@@ -339,6 +340,7 @@ func (l *Limiter) Reset(ctx context.Context, policy, key string) error {
 		return err
 	}
 	ps.table.Reset(maphash.String(l.seed, key), l.now())
+	ps.debts.cancel(key, -1)
 	if l.store != nil {
 		return l.store.Reset(ctx, key, ps.Policy)
 	}

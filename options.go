@@ -344,7 +344,8 @@ const (
 	// reported for its key, so a client the fleet had limited stays limited;
 	// a key the store never reported starts full (so across N instances a
 	// client new to the outage can get up to N budgets). The shared budget
-	// applies again as soon as the store answers.
+	// applies again as soon as the store answers; a DebtStore is then
+	// charged what the local bucket allowed meanwhile.
 	FailLocal FailurePolicy = iota
 	// FailOpen lets the request through unlimited.
 	FailOpen

@@ -30,7 +30,10 @@ const argsPerKey = 4
 // error never fails the others of its call. A bucket is one integer, its
 // theoretical arrival time (TAT) in µs, written with SET … PX so that the key
 // expires when the bucket is full again; a full bucket has no key. Denied
-// Takes and Peeks write nothing.
+// Takes and Peeks write nothing. Operation 4 + d is a Take that first
+// charges a debt of d tokens (see TakeWithDebt), which may leave the bucket
+// up to one burst below empty (TAT up to now + 2 tau; Remaining 0); the debt
+// is written even when the Take is denied.
 //
 // One call usually carries one key; the batcher sends several keys of one
 // Redis Cluster hash slot in one call. Tests only may pass the time as a
@@ -53,25 +56,34 @@ local function decide(op, n, interval, tau, key)
   else
     local v = tonumber(redis.call("GET", key))
     if v and v > now then tat = v end
+    local paid = op >= 4
+    if paid then
+      tat = math.min(tat + (op - 4) * interval, now + 2 * tau)
+      op = 0
+    end
     if op == 0 then
       local nxt = tat + n * interval
       if nxt - now > tau then
-        return 0, math.floor((now + tau - tat) / interval), nxt - tau - now, tat - now
+        allowed = 0
+      else
+        tat = nxt
+        allowed = 1
       end
-      tat = nxt
-      allowed = 1
     elseif op == 1 then
       tat = math.max(tat - n * interval, now)
     end
-    if allowed == 1 or op == 1 then
+    if allowed == 1 or op == 1 or paid then
       if tat > now then
         redis.call("SET", key, string.format("%.0f", tat), "PX", math.ceil((tat - now) / 1000) + slack)
       else
         redis.call("DEL", key)
       end
     end
+    if allowed == 0 then
+      return 0, math.max(math.floor((now + tau - tat) / interval), 0), tat + n * interval - tau - now, tat - now
+    end
   end
-  local rem = math.floor((now + tau - tat) / interval)
+  local rem = math.max(math.floor((now + tau - tat) / interval), 0)
   local retry = 0
   if rem < 1 then
     retry = tat + interval - tau - now

@@ -317,10 +317,10 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 		RetryAfter: time.Duration(c.reply[2]) * time.Microsecond,
 		ResetAfter: time.Duration(c.reply[3]) * time.Microsecond,
 	}
-	switch op {
-	case opTake:
+	switch {
+	case op == opTake || op >= opTakeDebt: // a Take, with or without a debt
 		s.deny.remember(rkey, c.sent, res, n, interval, p.Burst)
-	case opRefund, opReset:
+	case op == opRefund || op == opReset:
 		s.deny.forget(rkey)
 	}
 	return res, nil

@@ -301,6 +301,34 @@ var cases = []struct {
 		wg.Wait()
 		s.want("after 20 refunds of 1 into a bucket missing 4", s.peek("k", p), true, 10)
 	}},
+	{"a debt is charged whatever the bucket holds", func(s *suite) {
+		ds, ok := s.s.(addrlimit.DebtStore)
+		if !ok {
+			s.Skip("the store is not an addrlimit.DebtStore")
+		}
+		take := func(key string, n, debt int) addrlimit.Result {
+			s.Helper()
+			res, err := ds.TakeWithDebt(context.Background(), key, perSecond, n, debt)
+			if err != nil {
+				s.Fatalf("TakeWithDebt(%q, %d, %d): %v", key, n, debt, err)
+			}
+			return res
+		}
+		s.want("debt 0 is Take", take("k", 1, 0), true, 4)
+		s.want("debt 2, then take 1", take("k", 1, 2), true, 1)
+		res := take("k", 1, 3)
+		s.want("a debt beyond empty, then a denied take", res, false, 0)
+		s.near("ResetAfter two tokens below empty", res.ResetAfter, 7*time.Second)
+		s.near("RetryAfter two tokens below empty", res.RetryAfter, 3*time.Second)
+		s.want("a denied take keeps the debt", s.peek("k", perSecond), false, 0)
+		res = take("k", 1, 10)
+		s.want("at most one burst below empty", res, false, 0)
+		s.near("ResetAfter at the bound", res.ResetAfter, 10*time.Second)
+		time.Sleep(6 * time.Second)
+		s.want("repaid by time", s.take("k", perSecond, 1), true, 0)
+		s.want("debt on a new key", take("new", 5, 5), false, 0)
+		s.near("ResetAfter of a new key charged its burst", s.peek("new", perSecond).ResetAfter, 5*time.Second)
+	}},
 	{"through a Limiter", func(s *suite) {
 		lim, err := addrlimit.New(3, time.Minute, addrlimit.WithStore(s.s))
 		if err != nil {

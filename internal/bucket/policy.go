@@ -59,7 +59,8 @@ type Result struct {
 }
 
 // Take charges n tokens at now to a bucket whose state is tat (0, or any
-// value <= now, for a full bucket) and returns the new state and the result.
+// value <= now, for a full bucket; up to now + 2*tau for a bucket in debt,
+// which Mirror can record) and returns the new state and the result.
 // A denied Take does not change the state. The caller guarantees
 // 1 <= n <= Burst.
 func (p Policy) Take(tat, now, n int64) (int64, Result) {
@@ -69,7 +70,7 @@ func (p Policy) Take(tat, now, n int64) (int64, Result) {
 	next := tat + n*p.interval
 	if next-now > p.tau {
 		return tat, Result{
-			Remaining:  int((now + p.tau - tat) / p.interval),
+			Remaining:  int(max(now+p.tau-tat, 0) / p.interval), // a mirrored debt: below empty
 			RetryAfter: time.Duration(next - p.tau - now),
 			ResetAfter: time.Duration(tat - now),
 		}
@@ -94,7 +95,7 @@ func (p Policy) Peek(tat, now int64) Result {
 		tat = now
 	}
 	res := Result{
-		Remaining:  int((now + p.tau - tat) / p.interval),
+		Remaining:  int(max(now+p.tau-tat, 0) / p.interval),
 		ResetAfter: time.Duration(tat - now),
 	}
 	if res.Remaining > 0 {

@@ -187,14 +187,15 @@ func (t *Table) Reset(h uint64, now int64) {
 }
 
 // Mirror records the state a remote store reported at now for the bucket of
-// hash h: full again after resetAfter, clamped to [0, Burst*Interval]. Of
+// hash h: full again after resetAfter, clamped to [0, 2*Burst*Interval] (a
+// remote bucket may be up to one burst in debt: see addrlimit.DebtStore). Of
 // the state already held and the reported one, the later (emptier) is kept,
 // so answers that arrive out of order never make the copy fuller. The state
 // is kept exactly, whatever the approximate memory says.
 func (t *Table) Mirror(h uint64, now int64, resetAfter time.Duration) {
 	s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
-	tat := now + min(max(int64(resetAfter), 0), t.policy.tau)
+	tat := now + min(max(int64(resetAfter), 0), 2*t.policy.tau)
 	old, ok := s.ex.get(h)
 	// Answers of concurrent requests may arrive out of order: keep the
 	// latest state any of them reported, so an older, fuller answer never
@@ -285,7 +286,9 @@ func (s *shard) makeRoom(t *Table, now int64) {
 		if s.sk == nil {
 			s.sk = newSketch(t.clock, int(s.max), now)
 		}
-		s.sk.merge(t.clock, victim.h, victim.tat, now)
+		// A mirrored debt beyond empty is not kept: the sketch reads times
+		// up to about one refill ahead (see sketch).
+		s.sk.merge(t.clock, victim.h, min(victim.tat, now+t.policy.tau), now)
 	}
 }
 

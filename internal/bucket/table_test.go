@@ -381,8 +381,12 @@ func TestMirror(t *testing.T) {
 	assert.Equal(t, Result{Allowed: true, Remaining: 2, ResetAfter: 3 * time.Second}, tab.Peek(h, 0))
 	tab.Mirror(h, 0, time.Second) // an older, fuller answer arriving late
 	assert.Equal(t, 3*time.Second, tab.Peek(h, 0).ResetAfter, "an out-of-order answer made the copy fuller")
-	tab.Mirror(h, 0, time.Hour) // clamped to an empty bucket
-	assert.Equal(t, 5*time.Second, tab.Peek(h, 0).ResetAfter)
+	tab.Mirror(h, 0, time.Hour) // clamped to one burst in debt
+	assert.Equal(t, Result{RetryAfter: 6 * time.Second, ResetAfter: 10 * time.Second}, tab.Peek(h, 0))
+	_, res := p.Take(int64(10*time.Second), 0, 1)
+	assert.Equal(t, Result{RetryAfter: 6 * time.Second, ResetAfter: 10 * time.Second}, res, "a denied Take in debt")
+	assert.Equal(t, Result{RetryAfter: 6 * time.Second, ResetAfter: 10 * time.Second}, tab.Take(h, 0, 1))
+	assert.Equal(t, Result{Allowed: true, Remaining: 1, ResetAfter: 4 * time.Second}, tab.Peek(h, int64(6*time.Second)), "the debt is repaid by time")
 	tab.Reset(h, 0)
 	f := rng.Uint64()
 	tab.Mirror(f, 0, -time.Second) // full

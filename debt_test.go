@@ -1,0 +1,152 @@
+package addrlimit_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/addrlimit/addrlimit"
+)
+
+// debtStore is the in-memory store behind a switch: down, every call fails.
+// It records the debts it was told of.
+type debtStore struct {
+	addrlimit.Store
+	mu    sync.Mutex
+	down  bool
+	debts []int
+}
+
+var errDebtStoreDown = errors.New("debtstore: down")
+
+func (s *debtStore) setDown(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = down
+}
+
+func (s *debtStore) isDown() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.down
+}
+
+func (s *debtStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+	if s.isDown() {
+		return addrlimit.Result{}, errDebtStoreDown
+	}
+	return s.Store.Take(ctx, key, p, n)
+}
+
+func (s *debtStore) TakeWithDebt(ctx context.Context, key string, p addrlimit.Policy, n, debt int) (addrlimit.Result, error) {
+	if s.isDown() {
+		return addrlimit.Result{}, errDebtStoreDown
+	}
+	s.mu.Lock()
+	s.debts = append(s.debts, debt)
+	s.mu.Unlock()
+	return s.Store.Take(ctx, key, p, n) // the figures are not under test here
+}
+
+func (s *debtStore) told() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int(nil), s.debts...)
+}
+
+// What the local fallback allowed while the store failed is paid with the
+// key's next Take that the store answers; a payment that fails is kept; a
+// Reset cancels it.
+func TestFailLocalPaysItsDebtWhenTheStoreAnswers(t *testing.T) {
+	s := &debtStore{Store: addrlimit.NewTestMemoryStore(100)}
+	lim := mustNew(t, 5, time.Hour, addrlimit.WithStore(s))
+	r := req("192.0.2.1:1")
+	allow := func(want addrlimit.Outcome, degraded bool) {
+		t.Helper()
+		if d := lim.Allow(r); d.Outcome != want || d.Degraded != degraded {
+			t.Fatalf("decision %+v, want %v (degraded %v)", d, want, degraded)
+		}
+	}
+	allow(addrlimit.Allowed, false)
+	s.setDown(true)
+	for range 3 {
+		allow(addrlimit.Allowed, true)
+	}
+	if got := s.told(); len(got) != 0 {
+		t.Fatalf("debts told while down: %v", got)
+	}
+	s.setDown(false)
+	allow(addrlimit.Allowed, false)
+	if got := s.told(); len(got) != 1 || got[0] != 3 {
+		t.Fatalf("debts told %v, want [3]", got)
+	}
+	allow(addrlimit.Allowed, false) // paid: a plain Take
+	if got := s.told(); len(got) != 1 {
+		t.Fatalf("a paid debt was told again: %v", got)
+	}
+
+	// A Reset forgets what the fallback spent.
+	r2 := req("192.0.2.2:1")
+	s.setDown(true)
+	lim.Allow(r2)
+	if err := lim.Reset(context.Background(), "", "192.0.2.2"); err != nil {
+		t.Fatal(err)
+	}
+	s.setDown(false)
+	lim.Allow(r2)
+	if got := s.told(); len(got) != 1 {
+		t.Fatalf("a reset key still owed: %v", got)
+	}
+}
+
+// A payment that fails is kept for the next answer.
+func TestAFailedDebtPaymentIsKept(t *testing.T) {
+	s := &debtStore{Store: addrlimit.NewTestMemoryStore(100)}
+	lim := mustNew(t, 5, time.Hour, addrlimit.WithStore(s))
+	r := req("192.0.2.1:1")
+	s.setDown(true)
+	lim.Allow(r)
+	lim.Allow(r) // fails to pay 1, owes 2
+	s.setDown(false)
+	lim.Allow(r)
+	if got := s.told(); len(got) != 1 || got[0] != 2 {
+		t.Fatalf("debts told %v, want [2]", got)
+	}
+}
+
+// Under FailOpen nothing is charged, so nothing is owed.
+func TestFailOpenOwesNothing(t *testing.T) {
+	s := &debtStore{Store: addrlimit.NewTestMemoryStore(100)}
+	lim := mustNew(t, 5, time.Hour, addrlimit.WithStore(s), addrlimit.WithStoreFailure(addrlimit.FailOpen))
+	r := req("192.0.2.1:1")
+	s.setDown(true)
+	lim.Allow(r)
+	s.setDown(false)
+	lim.Allow(r)
+	if got := s.told(); len(got) != 0 {
+		t.Fatalf("debts told under FailOpen: %v", got)
+	}
+}
+
+// A refunded local decision owes nothing.
+func TestARefundedLocalDecisionOwesNothing(t *testing.T) {
+	s := &debtStore{Store: addrlimit.NewTestMemoryStore(100)}
+	lim := mustNew(t, 5, time.Hour, addrlimit.WithStore(s), addrlimit.WithRefund(func(status int) bool { return status >= 500 }))
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/fail" {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
+	s.setDown(true)
+	serve(h, httptest.NewRequest("GET", "/fail", nil)) // refunded
+	serve(h, httptest.NewRequest("GET", "/", nil))     // owed
+	s.setDown(false)
+	serve(h, httptest.NewRequest("GET", "/", nil))
+	if got := s.told(); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("debts told %v, want [1]", got)
+	}
+}
