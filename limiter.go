@@ -1,35 +1,42 @@
 // Package addrlimit is net/http middleware that limits each client address
 // with a token bucket and lets your own services through by identity, not by
-// address.
-//
-// A per-address limit assumes one address is one caller. Your own
-// infrastructure breaks that assumption: an edge, an orchestrator or an
-// access gate reaches the API from a few shared egress addresses, and a limit
-// meant for one person throttles whole services. addrlimit keeps the limit
-// for everyone else exactly as it was and exempts requests that carry your
-// internal bearer token, checked in constant time ([InternalToken]). A wrong
-// or forged token gets no pass: it is counted like any other request.
+// address: an edge, an orchestrator or a gate that reaches your API from a
+// few shared egress addresses is exempt by its internal bearer token, and
+// everyone else keeps exactly the limit they had.
 //
 //	tok, err := addrlimit.NewInternalToken(os.Getenv("INTERNAL_TOKEN"))
 //	lim, err := addrlimit.New(300, time.Minute, addrlimit.WithInternalToken(tok))
-//	mux.Handle("/internal/", tok.Require(internalRoutes))
+//	mux.Handle("/internal/", tok.Require(internalRoutes)) // 401 without the token
+//	mux.Handle("/", publicRoutes)
 //	http.ListenAndServe(addr, lim.Handler(mux))
 //
-// Each key (by default the peer address from RemoteAddr, IPv6 grouped by /64;
-// see [RemoteAddrKey] and [TrustedProxyKey]) gets a bucket of burst tokens
-// (default: limit) refilled at limit per period: 300 per minute means 300 at
-// once, then one more every 200 ms. The decisions are those of
-// golang.org/x/time/rate's rate.NewLimiter(rate.Every(per/limit), burst).
-// Limited requests get 429 with Retry-After; every counted response carries
-// RateLimit and RateLimit-Policy fields ([HeaderStyle]).
+// Check both errors: they name the misconfiguration, never a secret. What
+// the package promises:
 //
-// The file layout follows a request: [Limiter.Handler] (this file) asks the
-// exemption ([InternalToken], exempt.go), picks the policy and key
-// ([PolicySelector], [KeyFunc], keyfunc.go, proxy.go), charges the cost to the
-// bucket (charge.go: the in-memory table, or a [Store] such as the redisstore
-// module, with its failure policy), writes the response fields (respond.go)
-// and, with [WithRefund], gives the tokens back (refund.go). [Limiter.Stats],
-// [WithObserver] and [LogObserver] show who gets throttled.
+//   - Exemption is a bypass, by identity: a request that carries one of the
+//     token's secrets (compared in constant time, see [InternalToken]) or
+//     that [WithExempt] accepts touches no bucket and is never limited. A
+//     wrong, forged or retired token gets no pass: it is charged like any
+//     other request.
+//   - Each key (by default the peer address from RemoteAddr, IPv6 grouped by
+//     /64; behind proxies see [TrustedProxyKey]) gets a bucket of burst
+//     tokens (default: limit) refilled at limit per period: 300 per minute
+//     means 300 at once, then one more every 200 ms. The decisions are those
+//     of golang.org/x/time/rate's rate.NewLimiter(rate.Every(per/limit), burst).
+//   - No error skips the limit: a request whose key, policy or cost is not
+//     clean is charged to a fallback ([UnkeyedKey], the default policy, one
+//     token) or refused, and [Decision].Err says why; a [Store] failure is
+//     decided by the [FailurePolicy] you chose.
+//   - Limited requests get 429 with Retry-After; every counted response
+//     carries RateLimit and RateLimit-Policy fields ([HeaderStyle]). The
+//     responses the package writes never echo a token, a key or an error.
+//   - Memory is bounded per policy ([WithMaxKeys]). Past the bound decisions
+//     may limit more than the bucket would, never less: no key is handed a
+//     fuller bucket than it had.
+//
+// The README covers the rest, with measurements: proxies, frameworks, gRPC,
+// many instances (the redisstore module), rolling out with [WithDryRun],
+// metrics (promcollector, otelcollector), memory and benchmarks.
 package addrlimit
 
 import (

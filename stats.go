@@ -1,6 +1,8 @@
 package addrlimit
 
-// Stats is a snapshot of a Limiter's counters, all since New.
+// Stats is a snapshot of a Limiter's counters, all since New. The decision
+// and error counters are exact: each counts every decision that had
+// returned when Stats was called (and may count some still under way).
 type Stats struct {
 	// Decisions by outcome, all policies together. Limited includes dry-run
 	// decisions.
@@ -29,9 +31,8 @@ type Stats struct {
 	// ApproxKeys estimates how many keys' state lives only in the
 	// approximate memory, and ApproxFill is the fraction of its cells that
 	// still hold a time in the future, in the fullest policy's table (0 until
-	// a table first fills). A
-	// rising ApproxFill means an address flood; near 1, newcomers start to
-	// share limits with the flood.
+	// a table first fills). A rising ApproxFill means an address flood; near
+	// 1, newcomers start to share limits with the flood.
 	ApproxKeys int
 	ApproxFill float64
 	// Policies breaks the decisions down by policy: the default one first.

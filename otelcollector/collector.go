@@ -10,12 +10,11 @@
 //	...
 //	defer c.Unregister()
 //
-// Instruments, beside the series of the package promcollector. The figures are
-// the same, and OpenTelemetry's Prometheus exporter
-// (go.opentelemetry.io/otel/exporters/prometheus) turns these instruments into
-// exactly promcollector's series (names, labels, types and help; by default
-// the exporter adds its otel_scope_* labels and a target_info series), so
-// dashboards and alerts work unchanged whichever module feeds them:
+// The instruments, and the promcollector series that OpenTelemetry's
+// Prometheus exporter (go.opentelemetry.io/otel/exporters/prometheus) turns
+// each into, with the same names, labels, types, help and figures (the
+// exporter adds its otel_scope_* labels and target_info by default), so
+// dashboards and alerts work whichever module feeds them:
 //
 //	OpenTelemetry                    instrument                    unit       Prometheus (promcollector)
 //	addrlimit.requests               Int64ObservableCounter        {request}  addrlimit_requests_total{policy,outcome}
@@ -33,18 +32,10 @@
 // "limited" (dry-run decisions included) for each policy, and "exempt" with
 // policy="" (exempt requests bypass the limiter before a policy is chosen; no
 // policy can have the empty name). addrlimit.keys has the attribute policy.
-// With WithName every observation also carries the attribute limiter. The
-// attributes are named like the Prometheus labels rather than namespaced: the
-// instrument names already are. The key counts add up across limiters and
-// processes, hence up-down counters; approx_fill is a fraction from 0 to 1,
-// hence a gauge. Counters saturate at the largest int64 instead of wrapping.
+// With WithName every observation also carries the attribute limiter. Counters
+// saturate at the largest int64 instead of wrapping.
 //
-// Alert on addrlimit.retired_token_limited increasing: a caller still sends
-// an internal secret you retired (InternalToken.WithRetired) and is being
-// limited, and nobody without the old secret can send it.
-// addrlimit.credentialed_limited is a weaker hint, since anyone can send
-// "Authorization: Bearer junk". The package promcollector lists the other
-// alerts.
+// The README's "Metrics" section says what to alert on.
 package otelcollector
 
 import (

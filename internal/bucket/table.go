@@ -12,7 +12,11 @@ const (
 	evictionSample = 32
 	// A shard below its cap but holding at least minSweep buckets inspects
 	// sweepSample random buckets every sweepEvery new keys and drops those
-	// that have refilled: 2 inspections per new key on average.
+	// that have refilled: 2 inspections per new key on average. If every key
+	// inserted is eventually dropped, a shard of N buckets holding L live
+	// ones drops 2(N-L)/N per insert, so it settles at N = 2L (at least
+	// minSweep), never above its cap: this bounds memory below the cap, as
+	// tables never shrink.
 	minSweep    = 64
 	sweepSample = 8
 	sweepEvery  = 4
@@ -20,48 +24,28 @@ const (
 
 // Table holds the token buckets of many keys, identified by 64-bit hashes
 // that the caller computes with a keyed hash (so that clients cannot choose
-// collisions), in a fixed amount of memory whatever the number of keys. It
-// needs no background goroutine and no request costs time proportional to
-// the number of keys.
+// collisions). It starts no goroutine, and no call costs time proportional
+// to the number of keys. It guarantees:
 //
-// Exact buckets: each of the table's shards keeps at most its share of
-// maxKeys buckets exactly, one int64 per key. Below that cap, and as long as
-// no shard has ever filled, every decision is exactly that of Policy (and of
-// golang.org/x/time/rate).
+//   - Exact below the cap: as long as no shard has ever filled its share of
+//     maxKeys, every decision is exactly that of Policy (and of
+//     golang.org/x/time/rate).
+//   - Never under-limits: past the cap, a key that is not held exactly
+//     starts from an estimate that is never fuller than its true state, so
+//     evicting a key, or rotating keys through the table, gives nothing
+//     back. The price is over-limiting: a new key whose estimate collides
+//     with drained keys is limited too.
+//   - Reset, Refund and Mirror hold: a bucket that the estimate would make
+//     emptier is evicted only when every bucket sampled for eviction is such.
+//   - Bounded memory, whatever the number of keys: at most maxKeys exact
+//     buckets, plus, for each shard that has evicted, an approximate memory
+//     of fixed size (proportional to the shard's capacity) that is released
+//     once idle. Below the cap, refilled buckets are dropped as new keys
+//     arrive, so the table holds about twice the keys active within one
+//     refill time. Tables grow but do not shrink.
 //
-// At the cap: a new key is admitted by evicting a victim, the fullest of a
-// random sample of evictionSample buckets. A bucket that has refilled is
-// dropped for free (it is indistinguishable from a new one); any other victim
-// is merged into the shard's approximate memory, a sketch of GCRA times
-// allocated when the shard first needs it (see sketch). A key that is not in
-// the exact table starts from the sketch's estimate, which is never earlier
-// than its true state: evicting an abuser, however drained, hands it nothing,
-// and rotating addresses through the table buys nothing. The cost is that a
-// newcomer whose cells all collide with drained keys is limited too: with F
-// keys evicted within one refill time into a row of width w (28 per key of
-// shard capacity), the probability is about (1-exp(-F/w))^3 (see the
-// README's "Memory" section for figures).
-//
-// Memory: at most maxKeys exact buckets, in open-addressing tables of 16-byte
-// slots at a load of at most 0.8 (20 bytes per key of capacity when full;
-// see exact), plus, once a shard has evicted, its sketch of 3 rows x 28 x
-// shard cap one-byte cells and one int64 per 256 cells (under 87 bytes per
-// key of capacity, or up to 12.5% more where the allocator rounds a small
-// shard's up anyway), released after 16 idle refill times: about 107 bytes
-// per key of capacity, and about 16 KB of shard headers. Below the cap, new
-// keys inspect 2 random buckets each on average (8 every 4th new key, once
-// a shard holds 64) and drop those that have refilled. If every key
-// inserted is eventually dropped, a table of N buckets holding L live ones
-// drops 2(N-L)/N per insert, so it settles at N = 2L: the table holds about
-// twice the keys active within one refill time (at least 64 per shard),
-// never more than maxKeys. Tables grow but do not shrink, so this is also
-// what bounds memory below the cap.
-//
-// Held buckets: a bucket whose key the sketch would give a later state than
-// its own (after Reset, Refund or Mirror, or because other keys pushed its
-// cells later) is evicted only when the whole sample consists of such
-// buckets, so that a Reset holds while the flood goes on. A full one is
-// never swept.
+// The README's "Memory" section gives the bytes per key and the
+// over-limiting rates, with the commands that measure them.
 //
 // A Table is safe for concurrent use. The zero value is not usable; use
 // NewTable.
