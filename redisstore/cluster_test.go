@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +22,7 @@ import (
 // loopback ports, killed when the test ends. A master that dies leaves its
 // slots unserved while the others keep serving theirs
 // (cluster-require-full-coverage no).
-func startCluster(t *testing.T) []*redisServer {
+func startCluster(t testing.TB) []*redisServer {
 	t.Helper()
 	needRedis(t)
 	if _, err := exec.LookPath("redis-cli"); err != nil {
@@ -167,6 +169,31 @@ func killOneMaster(t *testing.T, nodes []*redisServer) {
 	for i, in := range []*instance{a, b} {
 		if n := len(in.degraded()); n != 6 {
 			t.Fatalf("instance %d: %d degraded decisions, want only the dead master's 6", i, n)
+		}
+	}
+}
+
+// BenchmarkClusterTake: decisions per second against a real three-master
+// Cluster on loopback, random keys (a batch of up to 128 calls then spans
+// about as many hash slots), at 16 and 64 concurrent callers: batches
+// grouped into one script call per hash slot (group=slot) against one
+// script call per call (group=call), both pipelined.
+func BenchmarkClusterTake(b *testing.B) {
+	nodes := startCluster(b)
+	for _, callers := range []int{16, 64} {
+		for _, group := range []string{"slot", "call"} {
+			b.Run(fmt.Sprintf("callers=%d/group=%s", callers, group), func(b *testing.B) {
+				opts := []redisstore.Option{redisstore.WithKeyPrefix(testPrefix(b))}
+				if group == "call" {
+					opts = append(opts, redisstore.WithoutSlotGrouping())
+				}
+				s := newStore(b, clusterClient(b, nodes), opts...)
+				p := addrlimit.Policy{Name: "bench", Burst: 1 << 30, Interval: time.Microsecond}
+				parallel(b, callers, func(int) error {
+					_, err := s.Take(context.Background(), strconv.FormatUint(rand.Uint64(), 36), p, 1)
+					return err
+				})
+			})
 		}
 	}
 }

@@ -1,6 +1,10 @@
 package redisstore
 
-import "time"
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // QueuedCalls returns how many calls wait for a batch.
 func (s *Store) QueuedCalls() int {
@@ -12,12 +16,18 @@ func (s *Store) QueuedCalls() int {
 	return len(s.batch.queue)
 }
 
-// WithClock makes the script take the time from now instead of Redis TIME,
-// so that the conformance suite can run in a synctest bubble, unaffected by
-// how slow a loaded machine is. Keys then expire an hour late.
+// argvClock makes the script take the time from its last ARGV, and keep
+// keys an hour longer (Redis still expires them on its own clock).
+const argvClock = `local now, slack = tonumber(ARGV[#ARGV]), 3600000`
+
+// WithClock makes the store use a script that takes the time from now
+// instead of Redis TIME, so that the conformance suite can run in a synctest
+// bubble, unaffected by how slow a loaded machine is. Keys then expire an
+// hour late.
 func WithClock(now func() time.Time) Option {
+	sc := &script{Script: redis.NewScript(argvClock + gcraBody), clock: now}
 	return func(s *Store) error {
-		s.clock = now
+		s.script = sc
 		return nil
 	}
 }
@@ -25,3 +35,12 @@ func WithClock(now func() time.Time) Option {
 // Probing reports whether a prober goroutine runs for the store's single
 // breaker (not a Cluster's per-node ones).
 func (s *Store) Probing() bool { return s.single.probing.Load() }
+
+// WithoutSlotGrouping makes a Cluster store send one script call per call,
+// pipelined, instead of one per hash slot (for BenchmarkClusterTake).
+func WithoutSlotGrouping() Option {
+	return func(s *Store) error {
+		s.perKey = true
+		return nil
+	}
+}

@@ -119,8 +119,9 @@ type Store struct {
 	deny       *denyCache // nil when disabled
 	failures   int
 	probeEvery time.Duration
-	batch      *batcher         // nil when batching is off
-	clock      func() time.Time // tests only: the script's clock instead of Redis TIME
+	batch      *batcher // nil when batching is off
+	script     *script  // gcra; tests may set another clock
+	perKey     bool     // tests only: no slot grouping on a Cluster
 
 	single   *breaker // the breaker unless cluster
 	breakers sync.Map // cluster: node address → *breaker
@@ -219,6 +220,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	s := &Store{
 		client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, deny: newDenyCache(DefaultDenyCacheMax),
 		failures: DefaultBreakerFailures, probeEvery: DefaultProbeEvery, batch: &batcher{maxBatch: DefaultMaxBatch},
+		script: gcra,
 	}
 	for i, o := range opts {
 		if o == nil {
@@ -387,22 +389,22 @@ func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 		c.sent = now
 	}
 	if len(calls) == 1 {
-		runScript(ctx, s.client, calls, s.clock)
+		s.script.run(ctx, s.client, calls)
 		return
 	}
 	groups := s.group(calls)
 	if len(groups) == 1 {
-		runScript(ctx, s.client, groups[0], s.clock)
+		s.script.run(ctx, s.client, groups[0])
 		return
 	}
-	runPipelined(ctx, s.client, groups, s.clock)
+	s.script.runPipelined(ctx, s.client, groups)
 }
 
 // group splits calls into script calls: all in one for a single Redis, by
 // hash slot for a Cluster, one per call for other clients.
 func (s *Store) group(calls []*call) [][]*call {
 	switch {
-	case s.cluster != nil:
+	case s.cluster != nil && !s.perKey:
 		var groups [][]*call
 		bySlot := make(map[uint16]int, len(calls))
 		for _, c := range calls {
