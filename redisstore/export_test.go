@@ -35,12 +35,3 @@ func WithClock(now func() time.Time) Option {
 // Probing reports whether a prober goroutine runs for the store's single
 // breaker (not a Cluster's per-node ones).
 func (s *Store) Probing() bool { return s.single.probing.Load() }
-
-// WithoutSlotGrouping makes a Cluster store send one script call per call,
-// pipelined, instead of one per hash slot (for BenchmarkClusterTake).
-func WithoutSlotGrouping() Option {
-	return func(s *Store) error {
-		s.perKey = true
-		return nil
-	}
-}

@@ -135,8 +135,8 @@ func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
-// run makes one script call over calls (which share one hash slot) and
-// stores each call's answer or the error in it.
+// run makes one script call over calls (one key, or several on one Redis)
+// and stores each call's answer or the error in it.
 func (sc *script) run(ctx context.Context, c redis.Scripter, calls []*call) {
 	keys, args := sc.args(calls)
 	v, err := sc.Run(ctx, c, keys, args...).Slice()
@@ -190,24 +190,25 @@ func setResults(calls []*call, v []any, err error) {
 	}
 }
 
-// runPipelined makes one script call per group in one pipeline (go-redis
-// sends each to the node that owns its slot), retrying with EVAL the groups
+// runPipelined makes one script call per call in one pipeline (go-redis
+// sends each to the node that owns its key), retrying with EVAL the calls
 // that Redis answered NOSCRIPT.
-func (sc *script) runPipelined(ctx context.Context, c redis.UniversalClient, groups [][]*call) {
-	cmds := make([]*redis.Cmd, len(groups))
+func (sc *script) runPipelined(ctx context.Context, c redis.UniversalClient, calls []*call) {
+	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, g := range groups {
-			keys, args := sc.args(g)
+		for i := range calls {
+			keys, args := sc.args(calls[i : i+1])
 			cmds[i] = sc.EvalSha(ctx, p, keys, args...)
 		}
 		return nil
 	})
-	for i, g := range groups {
+	for i := range calls {
+		one := calls[i : i+1]
 		if isNoScript(cmds[i].Err()) {
-			sc.run(ctx, c, g)
+			sc.run(ctx, c, one)
 			continue
 		}
 		v, err := cmds[i].Slice()
-		setResults(g, v, err)
+		setResults(one, v, err)
 	}
 }
