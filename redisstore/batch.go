@@ -34,14 +34,14 @@ import (
 //     so every queued call has a leader ahead of it that will take it or
 //     hand it the lead: no call waits forever.
 //
-// A lone caller never waits: with no other call in flight, it leads at once.
-// Time spent queued is never a failure: a queued call waits for the round
-// trips ahead of it (each bounded by the store's timeout), and only its own
-// round trip can fail it. A caller whose ctx ends once its call is taken
-// waits for the answer (bounded by the timeout), and one handed the lead
-// still leads: the queue depends on it. A leader sends a batch of more than
-// its own call without its ctx's cancellation, so that no caller's hang-up
-// fails the others.
+// A lone caller never waits: a slot is free, so it leads at once. Time
+// spent queued is never a failure: a queued call waits for the round trips
+// ahead of it (each bounded by the store's timeout), and only its own round
+// trip, or a circuit that opened meanwhile (see send), can fail it. A caller
+// whose ctx ends once its call is taken waits for the answer (bounded by the
+// timeout), and one handed the lead still leads: the queue depends on it. A
+// leader sends a batch of more than its own call without its ctx's
+// cancellation, so that no caller's hang-up fails the others.
 type batcher struct {
 	maxBatch int
 	send     func(ctx context.Context, calls []*call) // answers every call
@@ -64,8 +64,8 @@ type call struct {
 }
 
 // maxInflight bounds the batches in flight per store. Two keep the
-// connection busy while the next batch gathers; more only makes batches
-// smaller (measured: 1, 2 and 4 within noise of each other at 64 callers).
+// connection busy while the next batch gathers; more only make batches
+// smaller.
 const maxInflight = 2
 
 // do sends c, alone or with others, and returns when c is answered, or

@@ -8,7 +8,7 @@
 // # Decisions
 //
 // Each decision runs GCRA atomically in a Lua script with Redis TIME as the
-// only clock, so instance clocks need not agree, and equals the in-memory
+// only clock, so instance clocks need not agree; it equals the in-memory
 // store's decision at microsecond resolution (refill intervals are rounded
 // to whole microseconds). A bucket is one Redis key, which expires once the
 // bucket is full again. Concurrent calls share round trips (WithMaxBatch); a
