@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,3 +36,8 @@ func WithClock(now func() time.Time) Option {
 // Probing reports whether a prober goroutine runs for the store's single
 // breaker (not a Cluster's per-node ones).
 func (s *Store) Probing() bool { return s.single.probing.Load() }
+
+// RunScript runs the store's production script on Redis with raw ARGV.
+func RunScript(ctx context.Context, c redis.Scripter, key string, args ...any) error {
+	return gcra.Run(ctx, c, []string{key}, args...).Err()
+}

@@ -439,6 +439,30 @@ func TestQueuedCallerThatGivesUpLeavesTheBatch(t *testing.T) {
 	}
 }
 
+// The production script reads only Redis TIME: a time passed after the
+// arguments (as the tests' script takes it) changes nothing.
+func TestProductionScriptTakesNoTimeFromItsCaller(t *testing.T) {
+	needRedis(t)
+	c := shared.client(t)
+	ctx := context.Background()
+	key := testPrefix(t) + "k"
+	const interval = 1_000_000 // µs
+	if err := redisstore.RunScript(ctx, c, key, 0, 1, interval, 10, 1); err != nil {
+		t.Fatal(err)
+	}
+	tat, err := c.Get(ctx, key).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := now.UnixMicro() + interval - tat; d < 0 || d > 60_000_000 {
+		t.Fatalf("bucket's TAT %d µs is %d µs from Redis TIME + one interval, want within a minute: the script took the caller's time", tat, d)
+	}
+}
+
 // A policy whose burst × interval is past what the script computes exactly
 // (2^50 µs, about 35.7 years) is refused when the Limiter is built, with an
 // error that names the bound; one just inside it decides in Redis.
