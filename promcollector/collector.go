@@ -34,22 +34,8 @@
 // addrlimit_requests_total over every label counts every request the limiter
 // saw.
 //
-// Alerts:
-//
-//   - increase(addrlimit_retired_token_limited_total[10m]) > 0: a caller still
-//     sends an internal secret you retired (InternalToken.WithRetired) and is
-//     being limited. Only a holder of the old secret can send it, so this is
-//     one of your own services that missed a rotation, or the old secret has
-//     leaked; either way act on it.
-//   - addrlimit_credentialed_limited_total is a weaker hint, for dashboards and
-//     investigation rather than paging: anyone can send
-//     "Authorization: Bearer junk" and make it grow.
-//   - rate(addrlimit_store_errors_total[5m]) > 0: the store (e.g. Redis) is
-//     failing and the failure policy decides.
-//   - addrlimit_evictions_total growing: more active clients than WithMaxKeys
-//     holds exactly per policy; the others are decided from the approximate
-//     memory. addrlimit_approx_fill_ratio rising: a flood of addresses; near
-//     1, newcomers start to share limits with the flood.
+// Alerts worth setting on these series are in the README section
+// "Metrics: Prometheus and OpenTelemetry side by side".
 package promcollector
 
 import (

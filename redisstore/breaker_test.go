@@ -172,29 +172,41 @@ func TestBreakerCountsRoundTripsNotCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := make(chan int64, 4)
-	held, batch := make(chan struct{}), make(chan struct{})
+	held := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	batch := make(chan struct{})
 	var n atomic.Int64
 	calls.gate = func(keys int64) {
+		i := n.Add(1)
 		started <- keys
-		switch n.Add(1) {
+		switch i {
 		case 1, 2:
-			<-held
+			<-held[i-1]
 		case 3:
 			<-batch
 		}
 	}
 	const queued = 20
 	errs := queueBehindTwo(s, p, started, queued)
-	close(held) // both answered by Redis
+	// The first held call answered hands the lead to the queue, which goes
+	// out in one batch, held by the gate; then the second, answered by
+	// Redis before it is paused, finds the queue empty.
+	close(held[0])
+	if err := <-errs; err != nil {
+		t.Fatalf("held call: %v", err)
+	}
 	if keys := <-started; keys != queued {
 		t.Fatalf("the batch carried %d keys, want %d", keys, queued)
+	}
+	close(held[1])
+	if err := <-errs; err != nil {
+		t.Fatalf("held call: %v", err)
 	}
 	if err := admin.Do(ctx, "CLIENT", "PAUSE", 10000, "WRITE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	close(batch) // one round trip, timed out by the paused Redis
 	failed := 0
-	for range 2 + queued {
+	for range queued {
 		if err := <-errs; err != nil {
 			failed++
 		}

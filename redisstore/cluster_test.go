@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +22,7 @@ import (
 // loopback ports, killed when the test ends. A master that dies leaves its
 // slots unserved while the others keep serving theirs
 // (cluster-require-full-coverage no).
-func startCluster(t *testing.T) []*redisServer {
+func startCluster(t testing.TB) []*redisServer {
 	t.Helper()
 	needRedis(t)
 	if _, err := exec.LookPath("redis-cli"); err != nil {
@@ -168,5 +170,24 @@ func killOneMaster(t *testing.T, nodes []*redisServer) {
 		if n := len(in.degraded()); n != 6 {
 			t.Fatalf("instance %d: %d degraded decisions, want only the dead master's 6", i, n)
 		}
+	}
+}
+
+// BenchmarkClusterTake: decisions per second against a real three-master
+// Cluster on loopback, random keys, at 16 and 64 concurrent callers. (It
+// showed that grouping a batch into one script call per hash slot was no
+// faster than one script call per call: a batch of random keys spans about
+// as many slots as it has calls.)
+func BenchmarkClusterTake(b *testing.B) {
+	nodes := startCluster(b)
+	for _, callers := range []int{16, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			s := newStore(b, clusterClient(b, nodes), redisstore.WithKeyPrefix(testPrefix(b)))
+			p := addrlimit.Policy{Name: "bench", Burst: 1 << 30, Interval: time.Microsecond}
+			parallel(b, callers, func(int) error {
+				_, err := s.Take(context.Background(), strconv.FormatUint(rand.Uint64(), 36), p, 1)
+				return err
+			})
+		})
 	}
 }

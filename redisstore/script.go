@@ -22,32 +22,24 @@ const (
 // n, refill interval in whole microseconds, burst.
 const argsPerKey = 4
 
-// gcra is the one script. It runs GCRA on every key of KEYS in order, with
-// Redis TIME as the only clock, and returns four integers per key: allowed
-// (1/0), remaining whole tokens, retry after µs, reset after µs. A key that
-// fails (a foreign value of another type, say) gets -1 as allowed instead,
-// and its error text follows the 4 × #KEYS integers, in key order: one key's
-// error never fails the others of its call. A bucket is one integer, its
+// gcraBody is the GCRA script after its clock: it runs GCRA on every key
+// of KEYS in order and returns four integers per key: allowed (1/0),
+// remaining whole tokens, retry after µs, reset after µs. A key that fails
+// (a foreign value of another type, say) gets -1 as allowed instead, and its
+// error text follows the 4 × #KEYS integers, in key order: one key's error
+// never fails the others of its call. A bucket is one integer, its
 // theoretical arrival time (TAT) in µs, written with SET … PX so that the key
 // expires when the bucket is full again; a full bucket has no key. Denied
 // Takes and Peeks write nothing. Operation 4 + d is a Take that first
 // charges a debt of d tokens (see TakeWithDebt), which may leave the bucket
 // up to one burst below empty (TAT up to now + 2 tau; Remaining 0); the debt
-// is written even when the Take is denied.
+// is written even when the Take is denied. Lua numbers are doubles: New's
+// bounds keep every TAT and tau below 2^53 µs, so the arithmetic is exact.
 //
-// One call usually carries one key; the batcher sends several keys of one
-// Redis Cluster hash slot in one call. Tests only may pass the time as a
-// last ARGV (their store has a clock: see export_test.go); keys then live an
-// hour longer, since Redis expires them on its own clock. Lua numbers are doubles: New's bounds
-// keep every TAT and tau below 2^53 µs, so the arithmetic is exact.
-var gcra = redis.NewScript(`
-local now, slack = 0, 0
-if #ARGV > #KEYS * 4 then
-  now, slack = tonumber(ARGV[#ARGV]), 3600000
-else
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+// The clock that precedes it sets now (µs) and slack (ms added to every
+// expiry). The store's clock is Redis TIME (redisTime); tests build their own
+// script with another clock (export_test.go).
+const gcraBody = `
 local function decide(op, n, interval, tau, key)
   local tat = now
   local allowed = -1
@@ -112,7 +104,21 @@ for _, e in ipairs(errs) do
   out[#out + 1] = e
 end
 return out
-`)
+`
+
+// redisTime makes Redis TIME the script's only clock.
+const redisTime = `local t = redis.call("TIME")
+local now, slack = tonumber(t[1]) * 1000000 + tonumber(t[2]), 0`
+
+// gcra is the store's script.
+var gcra = &script{Script: redis.NewScript(redisTime + gcraBody)}
+
+// A script is gcraBody after a clock. clock is nil when the script reads
+// Redis TIME; otherwise the script takes the time as a last ARGV (tests).
+type script struct {
+	*redis.Script
+	clock func() time.Time
+}
 
 // A keyError is Redis's error for one key of a script call (WRONGTYPE, say):
 // an answer about that key, not an outage.
@@ -129,23 +135,23 @@ func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
-// runScript runs one script call over calls (which share one hash slot) and
-// stores each call's answer or the error in it. clock is nil outside tests.
-func runScript(ctx context.Context, c redis.Scripter, calls []*call, clock func() time.Time) {
-	keys, args := scriptArgs(calls, clock)
-	v, err := gcra.Run(ctx, c, keys, args...).Slice()
+// run makes one script call over calls (one key, or several on one Redis)
+// and stores each call's answer or the error in it.
+func (sc *script) run(ctx context.Context, c redis.Scripter, calls []*call) {
+	keys, args := sc.args(calls)
+	v, err := sc.Run(ctx, c, keys, args...).Slice()
 	setResults(calls, v, err)
 }
 
-func scriptArgs(calls []*call, clock func() time.Time) ([]string, []any) {
+func (sc *script) args(calls []*call) ([]string, []any) {
 	keys := make([]string, len(calls))
-	args := make([]any, 0, argsPerKey*len(calls)+1)
+	args := make([]any, 0, argsPerKey*len(calls)+1) // + a test clock
 	for i, c := range calls {
 		keys[i] = c.key
 		args = append(args, c.op, c.n, c.interval, c.burst)
 	}
-	if clock != nil {
-		args = append(args, clock().UnixMicro())
+	if sc.clock != nil {
+		args = append(args, sc.clock().UnixMicro())
 	}
 	return keys, args
 }
@@ -184,24 +190,25 @@ func setResults(calls []*call, v []any, err error) {
 	}
 }
 
-// runPipelined runs one script call per group in one pipeline (go-redis
-// sends each to the node that owns its slot), retrying with EVAL the groups
+// runPipelined makes one script call per call in one pipeline (go-redis
+// sends each to the node that owns its key), retrying with EVAL the calls
 // that Redis answered NOSCRIPT.
-func runPipelined(ctx context.Context, c redis.UniversalClient, groups [][]*call, clock func() time.Time) {
-	cmds := make([]*redis.Cmd, len(groups))
+func (sc *script) runPipelined(ctx context.Context, c redis.UniversalClient, calls []*call) {
+	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, g := range groups {
-			keys, args := scriptArgs(g, clock)
-			cmds[i] = gcra.EvalSha(ctx, p, keys, args...)
+		for i := range calls {
+			keys, args := sc.args(calls[i : i+1])
+			cmds[i] = sc.EvalSha(ctx, p, keys, args...)
 		}
 		return nil
 	})
-	for i, g := range groups {
+	for i := range calls {
+		one := calls[i : i+1]
 		if isNoScript(cmds[i].Err()) {
-			runScript(ctx, c, g, clock)
+			sc.run(ctx, c, one)
 			continue
 		}
 		v, err := cmds[i].Slice()
-		setResults(g, v, err)
+		setResults(one, v, err)
 	}
 }

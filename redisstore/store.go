@@ -1,8 +1,5 @@
-// Package redisstore is an addrlimit.Store in Redis, for a fleet of API
-// instances that must share one budget per client.
-//
-// With N instances behind a load balancer, in-memory limiters give each client
-// N times its budget. This store keeps every bucket in Redis instead:
+// Package redisstore is an addrlimit.Store in Redis, so that a fleet of
+// instances shares one budget per client:
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379", ContextTimeoutEnabled: true})
 //	store, err := redisstore.New(rdb)
@@ -10,24 +7,13 @@
 //
 // # Decisions
 //
-// Each decision is one Lua script call (EVALSHA, falling back to EVAL when
-// Redis lost its script cache) that runs GCRA atomically with Redis TIME as
-// the only clock, so instance clocks may disagree. A key whose value Redis
-// cannot use (a foreign value of another type) fails its own decisions
-// only, never those batched with it. A bucket is one integer
-// (its theoretical arrival time in microseconds) written with SET … PX so
-// that the key expires as soon as the bucket would be full again. Decisions
-// equal those of the in-memory store at microsecond resolution (refill
-// intervals are rounded to whole microseconds).
-//
-// Concurrent calls are batched: while script calls are in flight (at most
-// two per store), further calls queue, and the next round trip carries all
-// of them (up to WithMaxBatch), one script call per Redis Cluster hash slot,
-// all in one pipeline. A lone caller never waits for a batch. Measured on a
-// 2-core machine with Redis beside the client, that is 2–3 times the
-// decisions per second of one round trip per decision at 16–64 concurrent
-// callers (benchmarks/redis_test.go, BenchmarkFleet), at the same latency for
-// one caller. WithMaxBatch(1) turns it off.
+// Each decision runs GCRA atomically in a Lua script with Redis TIME as the
+// only clock, so instance clocks need not agree; it equals the in-memory
+// store's decision at microsecond resolution (refill intervals are rounded
+// to whole microseconds). A bucket is one Redis key, which expires once the
+// bucket is full again. Concurrent calls share round trips (WithMaxBatch); a
+// lone call is sent at once. A key whose value Redis cannot use (a value of
+// another type) fails its own calls only.
 //
 // # Keys
 //
@@ -35,51 +21,31 @@
 //
 //	prefix + policy name + "/" + burst + "/" + interval in ns + ":k:" + key
 //
-// so buckets of different policies (name, burst or interval) never share a
-// key, while instances whose policies are equal share every bucket: that is
-// how a fleet shares one budget. Keys longer than 200 bytes are replaced by
-// their SHA-256, under ":h:" + hex, a namespace no literal key reaches.
-//
-// Redis Cluster: every script call touches keys of one hash slot, so any key
-// layout works. Keys of one client land in one slot only if they share a
-// hash tag: a KeyFunc that returns "{user42}:login" and "{user42}:api"
-// co-locates them (a hashed long key loses its tag). Do not put a hash tag in
-// the prefix, which would send every bucket to one slot. Run the cluster with
-// cluster-require-full-coverage no, so that while a master is down only the
-// keys of its slots go to the failure policy.
+// so policies that differ in name, burst or interval never share a bucket,
+// and instances with equal policies share every bucket. A key longer than
+// 200 bytes is replaced by its SHA-256, under ":h:" + hex, a namespace no
+// literal key reaches. In a Redis Cluster any key layout works; keys with
+// one hash tag ("{user42}:login", "{user42}:api") share a slot, so a hash
+// tag in the prefix would put every bucket in one slot.
 //
 // # Failures
 //
-// Every round trip has a short timeout (WithTimeout, default 50 ms; time a
-// call spends queued for a batch is not part of it). A call whose round trip
-// fails returns the error, and the Limiter applies its failure policy
-// (addrlimit.WithStoreFailure): by default FailLocal, which decides with an
-// in-memory bucket per instance that continues from the state Redis last
-// reported for the key; FailOpen and FailClosed (503) are the alternatives.
-// Observers see Decision.Degraded and Decision.Err.
+// Every round trip is bounded by WithTimeout; the time a call waits for a
+// shared round trip is not, and is never a failure. A failed call returns an
+// error starting with "redisstore: ", and the Limiter's failure policy
+// (addrlimit.WithStoreFailure) decides. After consecutive failed round trips
+// to a Redis node (WithBreaker), calls that need the node fail at once with
+// ErrCircuitOpen until a background probe gets an answer. No goroutine runs
+// while Redis is healthy, and nothing needs closing.
 //
-// A circuit breaker per Redis node (one for a single Redis, one per master of
-// a Cluster) stops asking a node after consecutive failed round trips
-// (WithBreaker, default 3): calls then fail at once with an error that matches
-// ErrCircuitOpen, so an outage costs no timeout per request (measured: p99
-// under 2 µs per decision one second into an outage, against the 50 ms
-// timeout without it). One goroutine per open circuit pings the node every
-// probe interval (default 500 ms) and closes the circuit at its first answer
-// (measured: shared decisions again 0.4 s after Redis returned). A prober
-// that nobody has needed for a minute closes its circuit and exits. No
-// goroutine runs while Redis is healthy, and nothing needs closing. An
-// overloaded Redis that times out opens the circuit too: the instances then
-// decide locally until a probe gets an answer, which sheds the load.
+// A local deny cache (WithDenyCache) denies without a round trip every Take
+// that Redis's last denial of the key proves cannot be paid yet. It forgets
+// a denial after one refill interval, or at once on a Refund or Reset
+// through this store.
 //
-// A local deny cache remembers the bucket state of Redis's last denial of a
-// key, for one refill interval at most, and denies locally, without a round
-// trip, every Take (of any cost) that this state proves cannot be paid yet,
-// so a client's flood becomes no Redis load. A Refund or Reset through this
-// store drops the key from it; one through another instance is seen here
-// within one refill interval.
-//
-// Exempt requests never reach the store. The Store is safe for concurrent use;
-// it never closes the client, which the caller owns.
+// The Store is safe for concurrent use and never closes the client, which
+// the caller owns. Measurements and deployment notes (Cluster, Sentinel,
+// outages) are in the README section "Many instances".
 package redisstore
 
 import (
@@ -119,8 +85,8 @@ type Store struct {
 	deny       *denyCache // nil when disabled
 	failures   int
 	probeEvery time.Duration
-	batch      *batcher         // nil when batching is off
-	clock      func() time.Time // tests only: the script's clock instead of Redis TIME
+	batch      *batcher // nil when batching is off
+	script     *script  // gcra; tests may set another clock
 
 	single   *breaker // the breaker unless cluster
 	breakers sync.Map // cluster: node address → *breaker
@@ -139,15 +105,9 @@ func WithKeyPrefix(p string) Option {
 	}
 }
 
-// WithTimeout bounds each round trip to Redis; it must be positive. The
-// default, 50 ms, is far above a healthy round trip inside one region (about
-// 0.1–1 ms) and short enough that an outage costs each request little before
-// the failure policy decides. Set it well above the round trip of a distant
-// Redis. A call that arrives while round trips are in flight queues for the
-// next batch; the time it waits there is not part of its timeout and never a
-// failure: it waits for the round trips ahead of it (with q calls queued
-// ahead, about 1 + q / (2 × WithMaxBatch) of them, each bounded by the
-// timeout; none once the circuit is open), then for its own.
+// WithTimeout bounds each round trip to Redis (default 50 ms); it must be
+// positive. Set it well above a healthy round trip to your Redis. The time a
+// call waits for a shared round trip is not part of it and never a failure.
 func WithTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d <= 0 {
@@ -191,10 +151,9 @@ func WithBreaker(failures int, probeEvery time.Duration) Option {
 }
 
 // WithMaxBatch sets how many concurrent calls one round trip may carry
-// (default 128); 1 turns batching off, so that every call is its own
-// round trip. Batching needs a *redis.Client (one script call per batch) or
-// a *redis.ClusterClient (one script call per hash slot, pipelined); other
-// clients (Ring, wrappers) get one script call per decision, pipelined.
+// (default 128); 1 turns batching off, so that every call is its own round
+// trip. With a *redis.Client a batch is one script call; with other clients
+// (Cluster, Ring, wrappers) it is one script call per call, in one pipeline.
 func WithMaxBatch(n int) Option {
 	return func(s *Store) error {
 		if n < 1 || n > 10_000 {
@@ -219,6 +178,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	s := &Store{
 		client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, deny: newDenyCache(DefaultDenyCacheMax),
 		failures: DefaultBreakerFailures, probeEvery: DefaultProbeEvery, batch: &batcher{maxBatch: DefaultMaxBatch},
+		script: gcra,
 	}
 	for i, o := range opts {
 		if o == nil {
@@ -326,8 +286,8 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	return res, nil
 }
 
-// send makes one round trip for calls: one script call per hash slot, in one
-// pipeline when there are several. Calls whose circuit opened while they
+// send makes one round trip for calls: one script call for a single Redis,
+// one per call, pipelined, for other clients. Calls whose circuit opened while they
 // were queued fail at once. The round trip counts once for the breaker of
 // each node it reached: a failure if a call to that node failed for want of
 // Redis, a success otherwise.
@@ -386,44 +346,12 @@ func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 	for _, c := range calls {
 		c.sent = now
 	}
-	if len(calls) == 1 {
-		runScript(ctx, s.client, calls, s.clock)
+	if _, single := s.client.(*redis.Client); single || len(calls) == 1 {
+		s.script.run(ctx, s.client, calls)
 		return
 	}
-	groups := s.group(calls)
-	if len(groups) == 1 {
-		runScript(ctx, s.client, groups[0], s.clock)
-		return
-	}
-	runPipelined(ctx, s.client, groups, s.clock)
-}
-
-// group splits calls into script calls: all in one for a single Redis, by
-// hash slot for a Cluster, one per call for other clients.
-func (s *Store) group(calls []*call) [][]*call {
-	switch {
-	case s.cluster != nil:
-		var groups [][]*call
-		bySlot := make(map[uint16]int, len(calls))
-		for _, c := range calls {
-			sl := slot(c.key)
-			if i, ok := bySlot[sl]; ok {
-				groups[i] = append(groups[i], c)
-				continue
-			}
-			bySlot[sl] = len(groups)
-			groups = append(groups, []*call{c})
-		}
-		return groups
-	}
-	if _, ok := s.client.(*redis.Client); ok {
-		return [][]*call{calls}
-	}
-	groups := make([][]*call, len(calls))
-	for i := range calls {
-		groups[i] = calls[i : i+1 : i+1]
-	}
-	return groups
+	// A Cluster's keys are in different slots, maybe on different nodes.
+	s.script.runPipelined(ctx, s.client, calls)
 }
 
 // breakerFor returns the breaker of the node that holds rkey: the one

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -74,6 +75,25 @@ func countedStore(t testing.TB, opts ...redisstore.Option) (*redis.Client, *coun
 	calls := new(counter)
 	c.AddHook(calls)
 	return c, calls, newStore(t, c, opts...)
+}
+
+// holdTwo makes the first two script calls sent through calls wait, each
+// until its release channel is closed; later ones pass. The key count of
+// every script call goes to started as it is sent. Releasing the first,
+// then reading started, gives the queue's batch before the second can
+// take part of it.
+func holdTwo(calls *counter) (started chan int64, release [2]chan struct{}) {
+	started = make(chan int64, 16)
+	release = [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	var seen atomic.Int64
+	calls.gate = func(keys int64) {
+		i := seen.Add(1) - 1
+		started <- keys
+		if i < 2 {
+			<-release[i]
+		}
+	}
+	return started, release
 }
 
 var prefixes atomic.Int64
@@ -341,15 +361,7 @@ func TestConcurrentCallsShareOneRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls.n.Store(0)
-	started := make(chan int64, 16)
-	release := []chan struct{}{make(chan struct{}), make(chan struct{})}
-	var seen atomic.Int64
-	calls.gate = func(keys int64) {
-		started <- keys
-		if i := seen.Add(1) - 1; i < 2 {
-			<-release[i]
-		}
-	}
+	started, release := holdTwo(&calls)
 	var wg sync.WaitGroup
 	for i := range 12 {
 		wg.Go(func() {
@@ -373,6 +385,81 @@ func TestConcurrentCallsShareOneRoundTrip(t *testing.T) {
 	wg.Wait()
 	if n := calls.n.Load(); n != 3 {
 		t.Fatalf("%d script calls, want 3 (two in flight, one batch)", n)
+	}
+}
+
+// A queued caller whose context ends leaves the queue at once with its
+// context's error, and the next batch carries the others without it.
+func TestQueuedCallerThatGivesUpLeavesTheBatch(t *testing.T) {
+	_, calls, s := countedStore(t)
+	if err := s.Reset(context.Background(), "warm-up", global); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	calls.n.Store(0)
+	started, release := holdTwo(calls)
+	var wg sync.WaitGroup
+	for i := range 2 { // in flight, held by the gate
+		wg.Go(func() { _, _ = s.Take(context.Background(), fmt.Sprint("held", i), global, 1) })
+		<-started
+	}
+	quitter, quit := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := s.Take(quitter, "quitter", global, 1)
+		gaveUp <- err
+	}()
+	for s.QueuedCalls() != 1 {
+		time.Sleep(time.Millisecond) // waiting for a state, not for a duration
+	}
+	for i := range 5 {
+		wg.Go(func() {
+			if res, err := s.Take(context.Background(), fmt.Sprint("k", i), global, 1); err != nil || !res.Allowed {
+				t.Errorf("Take %d: %+v %v", i, res, err)
+			}
+		})
+	}
+	for s.QueuedCalls() != 6 {
+		time.Sleep(time.Millisecond) // waiting for a state, not for a duration
+	}
+	quit()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("queued caller that gave up: %v, want context.Canceled", err)
+	}
+	if n := s.QueuedCalls(); n != 5 {
+		t.Fatalf("%d calls queued after one gave up, want 5", n)
+	}
+	close(release[0])
+	if keys := <-started; keys != 5 {
+		t.Fatalf("the next script call carried %d keys, want the 5 still queued", keys)
+	}
+	close(release[1])
+	wg.Wait()
+	if n := calls.n.Load(); n != 3 {
+		t.Fatalf("%d script calls, want 3 (two in flight, one batch)", n)
+	}
+}
+
+// The production script reads only Redis TIME: a time passed after the
+// arguments (as the tests' script takes it) changes nothing.
+func TestProductionScriptTakesNoTimeFromItsCaller(t *testing.T) {
+	needRedis(t)
+	c := shared.client(t)
+	ctx := context.Background()
+	key := testPrefix(t) + "k"
+	const interval = 1_000_000 // µs
+	if err := redisstore.RunScript(ctx, c, key, 0, 1, interval, 10, 1); err != nil {
+		t.Fatal(err)
+	}
+	tat, err := c.Get(ctx, key).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := now.UnixMicro() + interval - tat; d < 0 || d > 60_000_000 {
+		t.Fatalf("bucket's TAT %d µs is %d µs from Redis TIME + one interval, want within a minute: the script took the caller's time", tat, d)
 	}
 }
 
@@ -414,15 +501,7 @@ func TestOneBadKeyFailsOnlyItself(t *testing.T) {
 	if err := s.Reset(ctx, "warm-up", global); err != nil { // loads the script
 		t.Fatal(err)
 	}
-	started := make(chan int64, 16)
-	release := make(chan struct{})
-	var seen atomic.Int64
-	calls.gate = func(keys int64) {
-		started <- keys
-		if seen.Add(1) <= 2 {
-			<-release
-		}
-	}
+	started, release := holdTwo(calls)
 	const good = 30
 	var wg sync.WaitGroup
 	var goodErrs, badErrs atomic.Int64
@@ -456,10 +535,11 @@ func TestOneBadKeyFailsOnlyItself(t *testing.T) {
 	for s.QueuedCalls() != good+3 {
 		time.Sleep(time.Millisecond) // waiting for a state, not for a duration
 	}
-	close(release)
+	close(release[0])
 	if keys := <-started; keys != good+3 {
 		t.Fatalf("the next script call carried %d keys, want the %d queued calls", keys, good+3)
 	}
+	close(release[1])
 	wg.Wait()
 	if goodErrs.Load() != 0 || badErrs.Load() != 3 {
 		t.Fatalf("%d of %d good calls failed, %d of 3 bad ones", goodErrs.Load(), good+2, badErrs.Load())
