@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash/maphash"
 	"net/http"
-	"time"
 )
 
 // A bucket key travels as two values, exactly one of them set: kb, bytes
@@ -121,9 +120,19 @@ func (l *Limiter) requestKey(r *http.Request, buf []byte) (kb []byte, ks string,
 	return nil, s, err
 }
 
-// charge is the one place where tokens are taken: from the in-memory table,
-// or from the Store with the failure policy applied when it fails. err is
-// what went wrong before (key, policy); it is reported, never a bypass.
+// key returns the key given as kb or ks as the seam wants it: hashed, and
+// as a string only if the seam asked for strings in New.
+func (l *Limiter) key(kb []byte, ks string) bucketKey {
+	k := bucketKey{hash: hashKey(l.seed, kb, ks), s: ks}
+	if kb != nil && l.strKeys {
+		k.s = string(kb)
+	}
+	return k
+}
+
+// charge is the one place where tokens are taken, in one call to the seam
+// (which applies the failure policy when a remote Store fails). err is what
+// went wrong before (key, policy); it is reported, never a bypass.
 func (l *Limiter) charge(ctx context.Context, ps *policyState, kb []byte, ks string, n int, err error, d *Decision) {
 	if n < 1 {
 		n, err = 1, errors.Join(err, ErrInvalidCost)
@@ -135,41 +144,16 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, kb []byte, ks str
 	if err != nil {
 		l.keyErrors.Inc()
 	}
-	h := hashKey(l.seed, kb, ks)
-	if l.store == nil {
-		d.set(ps, Result(ps.table.Take(h, l.now(), int64(n))))
-		d.Cost, d.Err, d.DryRun = n, err, d.Outcome == Limited && l.dryRun
-		return
+	a := l.store.take(ctx, ps, l.key(kb, ks), n)
+	d.set(ps, a.Result)
+	if a.unknown {
+		d.Limit = 0
 	}
-	// Decided whatever the caller does: a client that hangs up cancels
-	// r.Context(), and must not get the failure policy for it. The store's
-	// own timeout bounds the call.
-	key := keyString(kb, ks)
-	res, storeErr := l.storeTake(context.WithoutCancel(ctx), ps, key, n)
-	if storeErr == nil {
-		if l.failure == FailLocal {
-			ps.table.Mirror(h, l.now(), res.ResetAfter)
-		}
-		d.set(ps, res)
-		d.Cost, d.Err, d.DryRun = n, err, d.Outcome == Limited && l.dryRun
-		ps.count(d)
-		return
+	d.Cost, d.Err = n, err
+	if a.err != nil {
+		l.storeErrors.Inc()
+		d.Degraded, d.Err = true, errors.Join(err, a.err)
 	}
-	l.storeErrors.Inc()
-	switch l.failure {
-	case FailOpen:
-		*d = Decision{Outcome: Allowed, Policy: ps.Name} // quota unknown: Limit 0
-		ps.count(d)
-	case FailClosed:
-		*d = Decision{Outcome: Limited, Policy: ps.Name, RetryAfter: time.Second}
-		ps.count(d)
-	default:
-		d.set(ps, Result(ps.table.Take(h, l.now(), int64(n)))) // counted by the table
-		if d.Outcome == Allowed {
-			l.owe(ps, key, n)
-		}
-	}
-	d.Cost, d.Degraded, d.Err = n, true, errors.Join(err, storeErr)
 	d.DryRun = d.Outcome == Limited && l.dryRun
 }
 
@@ -180,12 +164,7 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, kb []byte, ks str
 func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, kb []byte, ks string, n int, err error, d *Decision) {
 	l.keyErrors.Inc()
 	ps.limited.Inc()
-	res := Result(ps.table.Peek(hashKey(l.seed, kb, ks), l.now()))
-	if l.store != nil {
-		if remote, storeErr := l.store.Peek(context.WithoutCancel(ctx), keyString(kb, ks), ps.Policy); storeErr == nil {
-			res = remote
-		}
-	}
+	res, _ := l.store.peek(context.WithoutCancel(ctx), ps, l.key(kb, ks))
 	d.set(ps, res)
 	d.Outcome, d.Cost, d.DryRun = Limited, n, l.dryRun
 	d.RetryAfter = 0
@@ -193,34 +172,15 @@ func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, kb []byte, ks
 }
 
 // refundCharge gives back the tokens of an allowed decision d to the bucket
-// that paid them: the store's, or the local one that decided under
-// FailLocal. Nothing was charged under FailOpen, so nothing is refunded.
+// that paid them.
 func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, kb []byte, ks string, d *Decision) {
-	h := hashKey(l.seed, kb, ks)
-	switch {
-	case l.store == nil || d.Degraded && l.failure == FailLocal:
-		ps.table.Refund(h, l.now(), int64(d.Cost))
-		if d.Degraded {
-			ps.debts.cancel(keyString(kb, ks), d.Cost)
-		}
-	case d.Degraded:
-		return
-	default:
-		res, err := l.store.Refund(ctx, keyString(kb, ks), ps.Policy, d.Cost)
-		if err != nil {
-			l.storeErrors.Inc()
-			return
-		}
-		if l.failure == FailLocal {
-			// The local copy keeps the later of its state and an answer
-			// (answers may arrive out of order), so give it the refund
-			// first, as the store did.
-			now := l.now()
-			ps.table.Refund(h, now, int64(d.Cost))
-			ps.table.Mirror(h, now, res.ResetAfter)
-		}
+	_, ok, err := l.store.refund(ctx, ps, l.key(kb, ks), d.Cost, d.Degraded)
+	if err != nil {
+		l.storeErrors.Inc()
 	}
-	l.refunded.Inc()
+	if ok {
+		l.refunded.Inc()
+	}
 }
 
 // set records a bucket's answer under policy ps in d.
@@ -233,8 +193,8 @@ func (d *Decision) set(ps *policyState, res Result) {
 }
 
 // count counts a decision that the in-memory table did not take.
-func (ps *policyState) count(d *Decision) {
-	if d.Outcome == Allowed {
+func (ps *policyState) count(allowed bool) {
+	if allowed {
 		ps.allowed.Inc()
 	} else {
 		ps.limited.Inc()

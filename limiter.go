@@ -64,10 +64,9 @@ type Limiter struct {
 	observers []func(*http.Request, Decision)
 	dryRun    bool
 	inContext bool // WithDecisionInContext
-	failure   FailurePolicy
-	store     Store // nil: the in-memory tables are the store
+	store     seam // memStore, or failover around the WithStore Store
+	strKeys   bool // the seam needs keys as strings (a remote store)
 	seed      maphash.Seed
-	epoch     time.Time
 
 	exempted, credentialed, retiredLimited, keyErrors, storeErrors, refunded counter.Striped
 }
@@ -82,6 +81,9 @@ type policyState struct {
 	allowed counter.Striped // decisions of a remote store or of FailOpen/FailClosed
 	limited counter.Striped
 }
+
+// tau is the policy's full refill time in ns: Burst × Interval.
+func (ps *policyState) tau() int64 { return int64(ps.Burst) * int64(ps.Interval) }
 
 // DefaultMaxKeys is the default capacity of the exact bucket table of each
 // policy: about 23 MB of heap when full (22 B per key of capacity: 20 B of
@@ -124,10 +126,11 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		observers: c.observers,
 		dryRun:    c.dryRun,
 		inContext: c.decisionInContext,
-		failure:   c.failure,
-		store:     c.store,
-		seed:      maphash.MakeSeed(),
-		epoch:     time.Now(),
+	}
+	mem := newMemStore(c.maxKeys)
+	l.seed, l.store = mem.seed, mem
+	if c.store != nil {
+		l.store, l.strKeys = newFailover(c.store, c.failure, mem), true
 	}
 	style, _ := c.headers.internal()
 	for _, p := range append([]Policy{def}, c.policies...) {
@@ -147,6 +150,7 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		}
 		l.policies = append(l.policies, ps)
 		l.byName[p.Name] = ps
+		mem.lanes[p] = ps
 	}
 	return l, nil
 }
@@ -317,10 +321,8 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 	if err != nil {
 		return Decision{}, err
 	}
-	var res Result
-	if l.store == nil {
-		res = Result(ps.table.Peek(maphash.String(l.seed, key), l.now()))
-	} else if res, err = l.store.Peek(ctx, key, ps.Policy); err != nil {
+	res, err := l.store.peek(ctx, ps, l.key(nil, key))
+	if err != nil {
 		return Decision{}, err
 	}
 	var d Decision
@@ -339,12 +341,7 @@ func (l *Limiter) Reset(ctx context.Context, policy, key string) error {
 	if err != nil {
 		return err
 	}
-	ps.table.Reset(maphash.String(l.seed, key), l.now())
-	ps.debts.cancel(key, -1)
-	if l.store != nil {
-		return l.store.Reset(ctx, key, ps.Policy)
-	}
-	return nil
+	return l.store.reset(ctx, ps, l.key(nil, key))
 }
 
 // lookupPolicy returns the named policy, or the default one and
@@ -384,8 +381,6 @@ func (l *Limiter) keyedPolicy(policy, key string) (*policyState, error) {
 	}
 	return ps, nil
 }
-
-func (l *Limiter) now() int64 { return int64(time.Since(l.epoch)) }
 
 // observe tells the observers about d.
 func (l *Limiter) observe(r *http.Request, d Decision) {

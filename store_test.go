@@ -18,6 +18,21 @@ func TestMemoryStoreConformance(t *testing.T) {
 	})
 }
 
+// A remote store behind each failure policy, as New puts a WithStore Store,
+// passes the suite: the wrapper changes nothing while the store answers.
+func TestFailoverConformance(t *testing.T) {
+	for _, p := range []addrlimit.FailurePolicy{addrlimit.FailLocal, addrlimit.FailOpen, addrlimit.FailClosed} {
+		t.Run(p.String(), func(t *testing.T) {
+			storetest.Run(t, storetest.Harness{
+				New: func(t *testing.T) addrlimit.Store {
+					return addrlimit.NewTestFailover(addrlimit.NewTestMemoryStore(1000), p, 1000)
+				},
+				Bubble: true,
+			})
+		})
+	}
+}
+
 // boundedStore refuses policies whose burst × interval exceeds max, as a
 // remote store with bounded arithmetic does.
 type boundedStore struct {
