@@ -132,7 +132,6 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	if c.store != nil {
 		l.store, l.strKeys = newFailover(c.store, c.failure, mem), true
 	}
-	style, _ := c.headers.internal()
 	for _, p := range append([]Policy{def}, c.policies...) {
 		if _, dup := l.byName[p.Name]; dup {
 			return nil, fmt.Errorf("addrlimit: two policies are named %q", p.Name)
@@ -146,7 +145,7 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		ps := &policyState{
 			Policy:  p,
 			table:   bucket.NewTable(bp, c.maxKeys),
-			headers: headers.New(style, p.Name, p.Burst, p.Interval),
+			headers: headers.New(uint8(c.headers), p.Name, p.Burst, p.Interval),
 		}
 		l.policies = append(l.policies, ps)
 		l.byName[p.Name] = ps

@@ -289,14 +289,14 @@ const (
 	//	RateLimit: "<name>";r=<remaining>;t=<seconds until the next token, 0 while r > 0>
 	// Both describe the bucket, whatever the request costs; a denied
 	// response's Retry-After describes the request (its wait for its cost).
-	HeaderDraft HeaderStyle = iota
+	HeaderDraft HeaderStyle = headers.Draft
 	// HeaderXRateLimit sends the de facto fields X-RateLimit-Limit (the burst),
 	// X-RateLimit-Remaining, and X-RateLimit-Reset in seconds until the bucket
 	// is full again (a delay, not a timestamp).
-	HeaderXRateLimit
+	HeaderXRateLimit HeaderStyle = headers.XRateLimit
 	// HeaderNone sends no quota fields. Denied responses still carry
 	// Retry-After and Cache-Control: no-store.
-	HeaderNone
+	HeaderNone HeaderStyle = headers.None
 )
 
 // String returns "draft", "x-ratelimit" or "none".
@@ -312,22 +312,10 @@ func (s HeaderStyle) String() string {
 	return fmt.Sprintf("HeaderStyle(%d)", uint8(s))
 }
 
-func (s HeaderStyle) internal() (headers.Style, bool) {
-	switch s {
-	case HeaderDraft:
-		return headers.Draft, true
-	case HeaderXRateLimit:
-		return headers.XRateLimit, true
-	case HeaderNone:
-		return headers.None, true
-	}
-	return 0, false
-}
-
 // WithHeaders selects the quota header fields; the default is HeaderDraft.
 func WithHeaders(s HeaderStyle) Option {
 	return func(c *config) error {
-		if _, ok := s.internal(); !ok {
+		if s > HeaderNone {
 			return fmt.Errorf("addrlimit: unknown header style %d", s)
 		}
 		c.headers = s

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/addrlimit/addrlimit/internal/headers"
 )
 
 // Policy is one bucket shape: capacity Burst, refilled one token every
@@ -90,22 +92,12 @@ type PolicyChecker interface {
 }
 
 // maxPolicyName bounds the length of a policy name.
-const maxPolicyName = 64
+const maxPolicyName = headers.MaxNameLen
 
-// checkPolicyName reports whether name may name a policy: 1 to 64 bytes of
-// A-Z a-z 0-9 . _ - (so it needs no escaping in a header field, a metric
-// label or a store key).
+// checkPolicyName reports whether name may name a policy (headers.CheckName).
 func checkPolicyName(name string) error {
-	if name == "" {
-		return fmt.Errorf("addrlimit: policy name is empty")
-	}
-	if len(name) > maxPolicyName {
-		return fmt.Errorf("addrlimit: policy name is %d bytes, longer than the maximum of %d", len(name), maxPolicyName)
-	}
-	for _, c := range []byte(name) {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("addrlimit: policy name %q has a character outside A-Z a-z 0-9 . _ -", name)
-		}
+	if err := headers.CheckName(name); err != nil {
+		return fmt.Errorf("addrlimit: %w", err)
 	}
 	return nil
 }
