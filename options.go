@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
+	"github.com/addrlimit/addrlimit/internal/bucket"
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
 
@@ -63,19 +63,28 @@ func WithName(name string) Option {
 	}
 }
 
-// WithPolicy adds a named policy of limit requests per period per, in bursts
-// of up to limit, for the requests that a PolicySelector (WithPolicySelector)
-// or an AllowKey caller assigns to it. Each policy has its own buckets, its
-// own RateLimit-Policy name and its own counters in Stats. Names follow the
-// rules of WithName and must be distinct.
-func WithPolicy(name string, limit int, per time.Duration) Option {
+// WithPolicy adds the named policy p, for the requests that a
+// PolicySelector (WithPolicySelector) or an AllowKey caller assigns to it:
+// 1000 requests per minute in bursts of up to 100 is
+//
+//	addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Burst: 100, Interval: time.Minute / 1000})
+//
+// Each policy has its own buckets, its own RateLimit-Policy name and its own
+// counters in Stats. Names follow the rules of WithName and must be
+// distinct; Burst is at least 1 and Interval positive.
+func WithPolicy(p Policy) Option {
 	return func(c *config) error {
-		if err := checkPolicyName(name); err != nil {
+		if err := checkPolicyName(p.Name); err != nil {
 			return err
 		}
-		p, err := newPolicy(name, limit, limit, per)
-		if err != nil {
-			return err
+		if p.Burst < 1 {
+			return fmt.Errorf("addrlimit: policy %q: burst must be at least 1, got %d", p.Name, p.Burst)
+		}
+		if p.Interval <= 0 {
+			return fmt.Errorf("addrlimit: policy %q: interval must be positive, got %v", p.Name, p.Interval)
+		}
+		if _, err := bucket.NewPolicy(p.Burst, p.Interval); err != nil {
+			return fmt.Errorf("addrlimit: policy %q: %w", p.Name, err)
 		}
 		c.policies = append(c.policies, p)
 		return nil
@@ -287,8 +296,10 @@ const (
 	// the policy's name:
 	//	RateLimit-Policy: "<name>";q=<burst>;w=<seconds to refill the burst>
 	//	RateLimit: "<name>";r=<remaining>;t=<seconds until the next token, 0 while r > 0>
-	// Both describe the bucket, whatever the request costs; a denied
-	// response's Retry-After describes the request (its wait for its cost).
+	// Both describe the bucket, whatever the request costs: q is the burst,
+	// not the limit (60 per minute with a burst of 10 sends q=10;w=10), as
+	// the draft's token-bucket mapping says; a denied response's Retry-After
+	// describes the request (its wait for its cost).
 	HeaderDraft HeaderStyle = headers.Draft
 	// HeaderXRateLimit sends the de facto fields X-RateLimit-Limit (the burst),
 	// X-RateLimit-Remaining, and X-RateLimit-Reset in seconds until the bucket

@@ -9,8 +9,10 @@ import (
 )
 
 // Policy is one bucket shape: capacity Burst, refilled one token every
-// Interval, under the name Name. A Limiter has a default policy (named by
-// WithName, "default" otherwise) and any number of named ones (WithPolicy).
+// Interval, under the name Name; N requests per period P in bursts of B is
+// Policy{Name: name, Burst: B, Interval: P / N}. A Limiter has a default
+// policy (New's limit and period, WithBurst, WithName) and any number of
+// named ones, which you construct and give to WithPolicy.
 // The name appears in the RateLimit-Policy header field, in Stats and in
 // metrics, and is part of the bucket's identity in a Store.
 type Policy struct {
