@@ -7,47 +7,22 @@ import (
 	"net/http"
 )
 
-// A bucket key travels as two values, exactly one of them set: kb, bytes
-// (a client address formatted into the caller's stack buffer, so that the
-// default path allocates nothing), or ks, a string (from a KeyFunc, a
-// PolicySelector or AllowKey). Both forms hash alike, so one key lands in
-// one bucket however it was computed. They are not a struct because escape
-// analysis would then let the string's escape drag the stack buffer to the
-// heap.
-
-// hashKey hashes the key given as kb or ks.
-func hashKey(seed maphash.Seed, kb []byte, ks string) uint64 {
-	if kb != nil {
-		return maphash.Bytes(seed, kb)
-	}
-	return maphash.String(seed, ks)
-}
-
-// keyString returns the key given as kb or ks as a string (copying kb).
-func keyString(kb []byte, ks string) string {
-	if kb != nil {
-		return string(kb)
-	}
-	return ks
-}
-
 // decide is the one path of a request: exemption, then policy and key, then
-// cost, then the charge, into *d, a zero Decision of the caller's (at some
-// 130 bytes, a Decision copied at every return costs the allowed path a
-// quarter of its time). buf is the caller's stack buffer for the key bytes.
-func (l *Limiter) decide(r *http.Request, buf []byte, d *Decision) (ps *policyState, kb []byte, ks string) {
+// cost, then the charge, into *d, a zero Decision of the caller's. The key's
+// string is built only if str is set or the seam needs it.
+func (l *Limiter) decide(r *http.Request, str bool, d *Decision) (*policyState, bucketKey) {
 	class := l.exemption(r, d)
 	if d.Outcome == Exempt {
-		return nil, nil, ""
+		return nil, bucketKey{}
 	}
-	ps, kb, ks, err := l.policyAndKey(r, buf)
+	ps, k, err := l.policyAndKey(r, str || l.strKeys)
 	n := 1
 	if l.cost != nil {
 		n = l.cost(r)
 	}
-	l.charge(r.Context(), ps, kb, ks, n, err, d)
+	l.charge(r.Context(), ps, k, n, err, d)
 	l.countCredentials(r, class, d)
-	return ps, kb, ks
+	return ps, k
 }
 
 // exemption classifies r's bearer token and, if r is exempt (an accepted
@@ -81,7 +56,7 @@ func (l *Limiter) countCredentials(r *http.Request, class tokenClass, d *Decisio
 // policyAndKey picks the policy (PolicySelector) and the key (the selector's,
 // else the KeyFunc's, else the peer address). Errors never skip the limit:
 // they fall back to the default policy, the KeyFunc's key or UnkeyedKey.
-func (l *Limiter) policyAndKey(r *http.Request, buf []byte) (ps *policyState, kb []byte, ks string, err error) {
+func (l *Limiter) policyAndKey(r *http.Request, str bool) (ps *policyState, k bucketKey, err error) {
 	ps = l.policies[0]
 	if l.selector != nil {
 		name, key, selErr := l.selector(r)
@@ -89,26 +64,35 @@ func (l *Limiter) policyAndKey(r *http.Request, buf []byte) (ps *policyState, kb
 			ps, selErr = l.lookupPolicy(name) // "" is the default policy
 		}
 		if selErr == nil && key != "" {
-			return ps, nil, key, nil
+			return ps, l.key(key), nil
 		}
 		err = selErr
 	}
-	kb, ks, keyErr := l.requestKey(r, buf)
+	k, keyErr := l.requestKey(r, str)
 	if err == nil {
-		return ps, kb, ks, keyErr // errors.Join is not free
+		return ps, k, keyErr // errors.Join is not free
 	}
-	return ps, kb, ks, errors.Join(err, keyErr)
+	return ps, k, errors.Join(err, keyErr)
 }
 
 // requestKey is the key of r under the KeyFunc: the peer address by default,
-// formatted into buf.
-func (l *Limiter) requestKey(r *http.Request, buf []byte) (kb []byte, ks string, err error) {
+// formatted on the stack and hashed, and copied to a string only if str is
+// set. That saves the default path an allocation: see
+// BenchmarkAllowed/headers=draft (0 allocs/op) against
+// BenchmarkAllowed/keyfunc=RemoteAddrKey (the same key as a string: 1).
+func (l *Limiter) requestKey(r *http.Request, str bool) (bucketKey, error) {
 	if l.keyFunc == nil {
 		a, err := peerAddr(r)
 		if err != nil {
-			return nil, UnkeyedKey, err
+			return l.key(UnkeyedKey), err
 		}
-		return appendAddrKey(buf, a), "", nil
+		var buf [maxAddrKeyLen]byte
+		b := appendAddrKey(buf[:0], a)
+		k := bucketKey{hash: maphash.Bytes(l.seed, b)}
+		if str {
+			k.s = string(b)
+		}
+		return k, nil
 	}
 	s, err := l.keyFunc(r)
 	if s == "" {
@@ -117,34 +101,27 @@ func (l *Limiter) requestKey(r *http.Request, buf []byte) (kb []byte, ks string,
 		}
 		s = UnkeyedKey
 	}
-	return nil, s, err
+	return l.key(s), err
 }
 
-// key returns the key given as kb or ks as the seam wants it: hashed, and
-// as a string only if the seam asked for strings in New.
-func (l *Limiter) key(kb []byte, ks string) bucketKey {
-	k := bucketKey{hash: hashKey(l.seed, kb, ks), s: ks}
-	if kb != nil && l.strKeys {
-		k.s = string(kb)
-	}
-	return k
-}
+// key is the bucket key s (which hashes as its bytes would).
+func (l *Limiter) key(s string) bucketKey { return bucketKey{hash: maphash.String(l.seed, s), s: s} }
 
 // charge is the one place where tokens are taken, in one call to the seam
 // (which applies the failure policy when a remote Store fails). err is what
 // went wrong before (key, policy); it is reported, never a bypass.
-func (l *Limiter) charge(ctx context.Context, ps *policyState, kb []byte, ks string, n int, err error, d *Decision) {
+func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n int, err error, d *Decision) {
 	if n < 1 {
 		n, err = 1, errors.Join(err, ErrInvalidCost)
 	}
 	if n > ps.Burst {
-		l.refuseCost(ctx, ps, kb, ks, n, err, d)
+		l.refuseCost(ctx, ps, k, n, err, d)
 		return
 	}
 	if err != nil {
 		l.keyErrors.Inc()
 	}
-	a := l.store.take(ctx, ps, l.key(kb, ks), n)
+	a := l.store.take(ctx, ps, k, n)
 	d.set(ps, a.Result)
 	if a.unknown {
 		d.Limit = 0
@@ -161,10 +138,10 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, kb []byte, ks str
 // nothing. The decision reports the bucket's state (from the store, or the
 // local bucket if the store fails), Cost > Limit, and a zero RetryAfter: no
 // wait makes the request possible, so none is promised.
-func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, kb []byte, ks string, n int, err error, d *Decision) {
+func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, k bucketKey, n int, err error, d *Decision) {
 	l.keyErrors.Inc()
 	ps.limited.Inc()
-	res, _ := l.store.peek(context.WithoutCancel(ctx), ps, l.key(kb, ks))
+	res, _ := l.store.peek(context.WithoutCancel(ctx), ps, k)
 	d.set(ps, res)
 	d.Outcome, d.Cost, d.DryRun = Limited, n, l.dryRun
 	d.RetryAfter = 0
@@ -173,8 +150,8 @@ func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, kb []byte, ks
 
 // refundCharge gives back the tokens of an allowed decision d to the bucket
 // that paid them.
-func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, kb []byte, ks string, d *Decision) {
-	_, ok, err := l.store.refund(ctx, ps, l.key(kb, ks), d.Cost, d.Degraded)
+func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, k bucketKey, d *Decision) {
+	_, ok, err := l.store.refund(ctx, ps, k, d.Cost, d.Degraded)
 	if err != nil {
 		l.storeErrors.Inc()
 	}

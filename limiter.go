@@ -198,11 +198,10 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	}
 	wantKey := len(l.observers) > 0 || l.denied != nil || l.inContext
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var buf [maxAddrKeyLen]byte
 		var d Decision
-		ps, kb, ks := l.decide(r, buf[:0], &d)
+		ps, k := l.decide(r, wantKey, &d)
 		if wantKey {
-			d.Key = keyString(kb, ks)
+			d.Key = k.s
 		}
 		l.observe(r, d)
 		if d.Outcome == Exempt {
@@ -221,7 +220,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			rw := &statusWriter{ResponseWriter: w}
 			next.ServeHTTP(rw, r)
 			if status, seen := rw.status(); seen && l.refund(status) {
-				l.refundCharge(context.WithoutCancel(r.Context()), ps, kb, ks, &d)
+				l.refundCharge(context.WithoutCancel(r.Context()), ps, k, &d)
 			}
 			return
 		}
@@ -237,10 +236,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // back.
 func (l *Limiter) Allow(r *http.Request) Decision {
 	l.mustBeBuilt()
-	var buf [maxAddrKeyLen]byte
 	var d Decision
-	_, kb, ks := l.decide(r, buf[:0], &d)
-	d.Key = keyString(kb, ks)
+	_, k := l.decide(r, true, &d)
+	d.Key = k.s
 	l.observe(r, d)
 	return d
 }
@@ -275,7 +273,7 @@ func (l *Limiter) AllowAs(r *http.Request, policy string, key KeyFunc, n int) De
 	if keyErr != nil {
 		err = errors.Join(err, keyErr)
 	}
-	l.charge(r.Context(), ps, nil, ks, n, err, &d)
+	l.charge(r.Context(), ps, l.key(ks), n, err, &d)
 	l.countCredentials(r, class, &d)
 	d.Key = ks
 	l.observe(r, d)
@@ -303,7 +301,7 @@ func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decis
 		key, err = UnkeyedKey, errors.Join(err, ErrEmptyKey)
 	}
 	var d Decision
-	l.charge(ctx, ps, nil, key, n, err, &d)
+	l.charge(ctx, ps, l.key(key), n, err, &d)
 	d.Key = key
 	l.observe(nil, d)
 	return d
@@ -320,7 +318,7 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 	if err != nil {
 		return Decision{}, err
 	}
-	res, err := l.store.peek(ctx, ps, l.key(nil, key))
+	res, err := l.store.peek(ctx, ps, l.key(key))
 	if err != nil {
 		return Decision{}, err
 	}
@@ -340,7 +338,7 @@ func (l *Limiter) Reset(ctx context.Context, policy, key string) error {
 	if err != nil {
 		return err
 	}
-	return l.store.reset(ctx, ps, l.key(nil, key))
+	return l.store.reset(ctx, ps, l.key(key))
 }
 
 // lookupPolicy returns the named policy, or the default one and
