@@ -9,7 +9,11 @@ import (
 
 // decide is the one path of a request: exemption, then policy and key, then
 // cost, then the charge, into *d, a zero Decision of the caller's. The key's
-// string is built only if str is set or the seam needs it.
+// string is built only if str is set or the seam needs it. *d is an
+// out-parameter because a Decision (some 130 bytes) returned by value from
+// decide, charge and refuseCost measured slower: +16% on
+// BenchmarkDenied/limit=300/minute/headers=none and +22% on
+// BenchmarkAllowed10k/headers=none (benchstat, n=8, 2-core machine under load).
 func (l *Limiter) decide(r *http.Request, str bool, d *Decision) (*policyState, bucketKey) {
 	class := l.exemption(r, d)
 	if d.Outcome == Exempt {
