@@ -167,10 +167,8 @@ func newPolicy(name string, limit, burst int, per time.Duration) (Policy, error)
 	if interval < 1 {
 		return Policy{}, fmt.Errorf("addrlimit: policy %q: %d per %v is more than one request per nanosecond", name, limit, per)
 	}
-	if _, err := bucket.NewPolicy(burst, interval); err != nil {
-		return Policy{}, fmt.Errorf("addrlimit: policy %q: %w", name, err)
-	}
-	return Policy{Name: name, Burst: burst, Interval: interval}, nil
+	p := Policy{Name: name, Burst: burst, Interval: interval}
+	return p, p.Validate()
 }
 
 // Policies returns the limiter's policies: the default one first, then the

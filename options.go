@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/addrlimit/addrlimit/internal/bucket"
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
 
@@ -71,20 +70,11 @@ func WithName(name string) Option {
 //
 // Each policy has its own buckets, its own RateLimit-Policy name and its own
 // counters in Stats. Names follow the rules of WithName and must be
-// distinct; Burst is at least 1 and Interval positive.
+// distinct; p must pass Validate.
 func WithPolicy(p Policy) Option {
 	return func(c *config) error {
-		if err := checkPolicyName(p.Name); err != nil {
+		if err := p.Validate(); err != nil {
 			return err
-		}
-		if p.Burst < 1 {
-			return fmt.Errorf("addrlimit: policy %q: burst must be at least 1, got %d", p.Name, p.Burst)
-		}
-		if p.Interval <= 0 {
-			return fmt.Errorf("addrlimit: policy %q: interval must be positive, got %v", p.Name, p.Interval)
-		}
-		if _, err := bucket.NewPolicy(p.Burst, p.Interval); err != nil {
-			return fmt.Errorf("addrlimit: policy %q: %w", p.Name, err)
 		}
 		c.policies = append(c.policies, p)
 		return nil

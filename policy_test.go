@@ -145,3 +145,31 @@ func TestNamedPolicyHasItsOwnBurst(t *testing.T) {
 	w := serve(h, req("10.0.0.1:1", "X-Partner-Key", "pk-acme-0123456789"))
 	assert.Equal(t, `"partner";q=10;w=10`, w.Header().Get("RateLimit-Policy"))
 }
+
+// Validate is the rule WithPolicy applies, so a Store can apply it too: it
+// refuses what New refuses, naming the problem, and accepts every policy of a
+// Limiter.
+func TestPolicyValidateIsTheRuleOfNew(t *testing.T) {
+	for _, tc := range []struct {
+		p    addrlimit.Policy
+		want string
+	}{
+		{addrlimit.Policy{Burst: 1, Interval: time.Second}, "policy name is empty"},
+		{addrlimit.Policy{Name: "a b", Burst: 1, Interval: time.Second}, "outside A-Z"},
+		{addrlimit.Policy{Name: "p", Interval: time.Second}, `policy "p": burst must be at least 1`},
+		{addrlimit.Policy{Name: "p", Burst: 1}, `policy "p": interval must be positive`},
+		{addrlimit.Policy{Name: "p", Burst: 1 << 40, Interval: time.Hour}, `policy "p": burst times refill interval overflows`},
+	} {
+		err := tc.p.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v.Validate() = %v, want %q", tc.p, err, tc.want)
+		}
+		if _, newErr := addrlimit.New(1, time.Second, addrlimit.WithPolicy(tc.p)); newErr == nil || newErr.Error() != err.Error() {
+			t.Errorf("New with %+v: %v, want Validate's error", tc.p, newErr)
+		}
+	}
+	lim := mustNew(t, 60, time.Minute, addrlimit.WithBurst(10), addrlimit.WithPolicy(addrlimit.Policy{Name: "p", Burst: 3, Interval: time.Second}))
+	for _, p := range lim.Policies() {
+		assert.NoError(t, p.Validate())
+	}
+}

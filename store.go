@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/addrlimit/addrlimit/internal/bucket"
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
 
@@ -19,6 +20,28 @@ type Policy struct {
 	Name     string
 	Burst    int
 	Interval time.Duration
+}
+
+// Validate reports whether a Limiter accepts p: Name is 1 to 64 bytes of
+// A-Z a-z 0-9 . _ - (so that it needs no escaping in a header field, a
+// metric label or a store key), Burst is at least 1, Interval is positive,
+// and Burst × Interval fits the bucket arithmetic (a full refill of under
+// about 73 years). WithPolicy calls it; a Store may call it on the policies
+// it is given, so that one rule holds everywhere.
+func (p Policy) Validate() error {
+	if err := checkPolicyName(p.Name); err != nil {
+		return err
+	}
+	if p.Burst < 1 {
+		return fmt.Errorf("addrlimit: policy %q: burst must be at least 1, got %d", p.Name, p.Burst)
+	}
+	if p.Interval <= 0 {
+		return fmt.Errorf("addrlimit: policy %q: interval must be positive, got %v", p.Name, p.Interval)
+	}
+	if _, err := bucket.NewPolicy(p.Burst, p.Interval); err != nil {
+		return fmt.Errorf("addrlimit: policy %q: %w", p.Name, err)
+	}
+	return nil
 }
 
 // DefaultPolicyName names the default policy unless WithName says otherwise.
