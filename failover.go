@@ -3,7 +3,15 @@ package addrlimit
 import (
 	"context"
 	"time"
+
+	"github.com/addrlimit/addrlimit/internal/storehook"
 )
+
+func init() {
+	storehook.BehindFailLocal = func(s any, maxKeys int) any {
+		return newFailover(s.(Store), FailLocal, newMemStore(maxKeys))
+	}
+}
 
 // failover is a Store given to WithStore behind the Limiter's failure
 // policy: every call goes to remote; when remote fails, policy decides. Under
