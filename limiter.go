@@ -141,15 +141,10 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 				return nil, fmt.Errorf("addrlimit: policy %q: the store refuses it: %w", p.Name, err)
 			}
 		}
-		bp, _ := bucket.NewPolicy(p.Burst, p.Interval) // validated by newPolicy
-		ps := &policyState{
-			Policy:  p,
-			table:   bucket.NewTable(bp, c.maxKeys),
-			headers: headers.New(uint8(c.headers), p.Name, p.Burst, p.Interval),
-		}
+		ps := mem.lane(p) // validated: by newPolicy or WithPolicy
+		ps.headers = headers.New(uint8(c.headers), p.Name, p.Burst, p.Interval)
 		l.policies = append(l.policies, ps)
 		l.byName[p.Name] = ps
-		mem.lanes[p] = ps
 	}
 	return l, nil
 }
