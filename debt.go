@@ -132,30 +132,3 @@ func (r *debtRecord) cancel(key string, n int) {
 
 // len returns how many keys owe tokens.
 func (r *debtRecord) len() int { return int(r.n.Load()) }
-
-// storeTake is the store's Take of n tokens for key, paying key's debt with
-// it when the store is a DebtStore. A failed call keeps the debt.
-func (l *Limiter) storeTake(ctx context.Context, ps *policyState, key string, n int) (Result, error) {
-	ds, ok := l.store.(DebtStore)
-	if !ok || l.failure != FailLocal {
-		return l.store.Take(ctx, key, ps.Policy, n)
-	}
-	now, tau := l.now(), int64(ps.Burst)*int64(ps.Interval)
-	owed := ps.debts.take(key, now, tau)
-	if owed == 0 {
-		return l.store.Take(ctx, key, ps.Policy, n)
-	}
-	res, err := ds.TakeWithDebt(ctx, key, ps.Policy, n, owed)
-	if err != nil {
-		ps.debts.add(key, owed, now, tau, ps.Burst)
-	}
-	return res, err
-}
-
-// owe records that the local fallback charged n tokens to key while the
-// store failed, if the store can be told later.
-func (l *Limiter) owe(ps *policyState, key string, n int) {
-	if _, ok := l.store.(DebtStore); ok {
-		ps.debts.add(key, n, l.now(), int64(ps.Burst)*int64(ps.Interval), ps.Burst)
-	}
-}

@@ -71,10 +71,9 @@ type Limiter struct {
 	observers []func(*http.Request, Decision)
 	dryRun    bool
 	inContext bool // WithDecisionInContext
-	failure   FailurePolicy
-	store     Store // nil: the in-memory tables are the store
+	store     seam // memStore, or failover around the WithStore Store
+	strKeys   bool // the seam needs keys as strings (a remote store)
 	seed      maphash.Seed
-	epoch     time.Time
 
 	exempted, credentialed, retiredLimited, keyErrors, storeErrors, refunded counter.Striped
 }
@@ -89,6 +88,9 @@ type policyState struct {
 	allowed counter.Striped // decisions of a remote store or of FailOpen/FailClosed
 	limited counter.Striped
 }
+
+// tau is the policy's full refill time in ns: Burst × Interval.
+func (ps *policyState) tau() int64 { return int64(ps.Burst) * int64(ps.Interval) }
 
 // DefaultMaxKeys is the default capacity of the exact bucket table of each
 // policy: about 23 MB of heap when full (22 B per key of capacity: 20 B of
@@ -131,12 +133,12 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		observers: c.observers,
 		dryRun:    c.dryRun,
 		inContext: c.decisionInContext,
-		failure:   c.failure,
-		store:     c.store,
-		seed:      maphash.MakeSeed(),
-		epoch:     time.Now(),
 	}
-	style, _ := c.headers.internal()
+	mem := newMemStore(c.maxKeys)
+	l.seed, l.store = mem.seed, mem
+	if c.store != nil {
+		l.store, l.strKeys = newFailover(c.store, c.failure, mem), true
+	}
 	for _, p := range append([]Policy{def}, c.policies...) {
 		if _, dup := l.byName[p.Name]; dup {
 			return nil, fmt.Errorf("addrlimit: two policies are named %q", p.Name)
@@ -146,12 +148,8 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 				return nil, fmt.Errorf("addrlimit: policy %q: the store refuses it: %w", p.Name, err)
 			}
 		}
-		bp, _ := bucket.NewPolicy(p.Burst, p.Interval) // validated by newPolicy
-		ps := &policyState{
-			Policy:  p,
-			table:   bucket.NewTable(bp, c.maxKeys),
-			headers: headers.New(style, p.Name, p.Burst, p.Interval),
-		}
+		ps := mem.lane(p) // validated: by newPolicy or WithPolicy
+		ps.headers = headers.New(uint8(c.headers), p.Name, p.Burst, p.Interval)
 		l.policies = append(l.policies, ps)
 		l.byName[p.Name] = ps
 	}
@@ -171,10 +169,8 @@ func newPolicy(name string, limit, burst int, per time.Duration) (Policy, error)
 	if interval < 1 {
 		return Policy{}, fmt.Errorf("addrlimit: policy %q: %d per %v is more than one request per nanosecond", name, limit, per)
 	}
-	if _, err := bucket.NewPolicy(burst, interval); err != nil {
-		return Policy{}, fmt.Errorf("addrlimit: policy %q: %w", name, err)
-	}
-	return Policy{Name: name, Burst: burst, Interval: interval}, nil
+	p := Policy{Name: name, Burst: burst, Interval: interval}
+	return p, p.Validate()
 }
 
 // Policies returns the limiter's policies: the default one first, then the
@@ -202,11 +198,10 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	}
 	wantKey := len(l.observers) > 0 || l.denied != nil || l.inContext
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var buf [maxAddrKeyLen]byte
 		var d Decision
-		ps, kb, ks := l.decide(r, buf[:0], &d)
+		ps, k := l.decide(r, wantKey, &d)
 		if wantKey {
-			d.Key = keyString(kb, ks)
+			d.Key = k.s
 		}
 		l.observe(r, d)
 		if d.Outcome == Exempt {
@@ -225,7 +220,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			rw := &statusWriter{ResponseWriter: w}
 			next.ServeHTTP(rw, r)
 			if status, seen := rw.status(); seen && l.refund(status) {
-				l.refundCharge(context.WithoutCancel(r.Context()), ps, kb, ks, &d)
+				l.refundCharge(context.WithoutCancel(r.Context()), ps, k, &d)
 			}
 			return
 		}
@@ -241,10 +236,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // back.
 func (l *Limiter) Allow(r *http.Request) Decision {
 	l.mustBeBuilt()
-	var buf [maxAddrKeyLen]byte
 	var d Decision
-	_, kb, ks := l.decide(r, buf[:0], &d)
-	d.Key = keyString(kb, ks)
+	_, k := l.decide(r, true, &d)
+	d.Key = k.s
 	l.observe(r, d)
 	return d
 }
@@ -279,7 +273,7 @@ func (l *Limiter) AllowAs(r *http.Request, policy string, key KeyFunc, n int) De
 	if keyErr != nil {
 		err = errors.Join(err, keyErr)
 	}
-	l.charge(r.Context(), ps, nil, ks, n, err, &d)
+	l.charge(r.Context(), ps, l.key(ks), n, err, &d)
 	l.countCredentials(r, class, &d)
 	d.Key = ks
 	l.observe(r, d)
@@ -307,7 +301,7 @@ func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decis
 		key, err = UnkeyedKey, errors.Join(err, ErrEmptyKey)
 	}
 	var d Decision
-	l.charge(ctx, ps, nil, key, n, err, &d)
+	l.charge(ctx, ps, l.key(key), n, err, &d)
 	d.Key = key
 	l.observe(nil, d)
 	return d
@@ -324,10 +318,8 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 	if err != nil {
 		return Decision{}, err
 	}
-	var res Result
-	if l.store == nil {
-		res = Result(ps.table.Peek(maphash.String(l.seed, key), l.now()))
-	} else if res, err = l.store.Peek(ctx, key, ps.Policy); err != nil {
+	res, err := l.store.peek(ctx, ps, l.key(key))
+	if err != nil {
 		return Decision{}, err
 	}
 	var d Decision
@@ -346,12 +338,7 @@ func (l *Limiter) Reset(ctx context.Context, policy, key string) error {
 	if err != nil {
 		return err
 	}
-	ps.table.Reset(maphash.String(l.seed, key), l.now())
-	ps.debts.cancel(key, -1)
-	if l.store != nil {
-		return l.store.Reset(ctx, key, ps.Policy)
-	}
-	return nil
+	return l.store.reset(ctx, ps, l.key(key))
 }
 
 // lookupPolicy returns the named policy, or the default one and
@@ -391,8 +378,6 @@ func (l *Limiter) keyedPolicy(policy, key string) (*policyState, error) {
 	}
 	return ps, nil
 }
-
-func (l *Limiter) now() int64 { return int64(time.Since(l.epoch)) }
 
 // observe tells the observers about d.
 func (l *Limiter) observe(r *http.Request, d Decision) {

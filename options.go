@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
@@ -63,18 +62,18 @@ func WithName(name string) Option {
 	}
 }
 
-// WithPolicy adds a named policy of limit requests per period per, in bursts
-// of up to limit, for the requests that a PolicySelector (WithPolicySelector)
-// or an AllowKey caller assigns to it. Each policy has its own buckets, its
-// own RateLimit-Policy name and its own counters in Stats. Names follow the
-// rules of WithName and must be distinct.
-func WithPolicy(name string, limit int, per time.Duration) Option {
+// WithPolicy adds the named policy p, for the requests that a
+// PolicySelector (WithPolicySelector) or an AllowKey caller assigns to it:
+// 1000 requests per minute in bursts of up to 100 is
+//
+//	addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Burst: 100, Interval: time.Minute / 1000})
+//
+// Each policy has its own buckets, its own RateLimit-Policy name and its own
+// counters in Stats. Names follow the rules of WithName and must be
+// distinct; p must pass Validate.
+func WithPolicy(p Policy) Option {
 	return func(c *config) error {
-		if err := checkPolicyName(name); err != nil {
-			return err
-		}
-		p, err := newPolicy(name, limit, limit, per)
-		if err != nil {
+		if err := p.Validate(); err != nil {
 			return err
 		}
 		c.policies = append(c.policies, p)
@@ -287,16 +286,18 @@ const (
 	// the policy's name:
 	//	RateLimit-Policy: "<name>";q=<burst>;w=<seconds to refill the burst>
 	//	RateLimit: "<name>";r=<remaining>;t=<seconds until the next token, 0 while r > 0>
-	// Both describe the bucket, whatever the request costs; a denied
-	// response's Retry-After describes the request (its wait for its cost).
-	HeaderDraft HeaderStyle = iota
+	// Both describe the bucket, whatever the request costs: q is the burst,
+	// not the limit (60 per minute with a burst of 10 sends q=10;w=10), as
+	// the draft's token-bucket mapping says; a denied response's Retry-After
+	// describes the request (its wait for its cost).
+	HeaderDraft HeaderStyle = headers.Draft
 	// HeaderXRateLimit sends the de facto fields X-RateLimit-Limit (the burst),
 	// X-RateLimit-Remaining, and X-RateLimit-Reset in seconds until the bucket
 	// is full again (a delay, not a timestamp).
-	HeaderXRateLimit
+	HeaderXRateLimit HeaderStyle = headers.XRateLimit
 	// HeaderNone sends no quota fields. Denied responses still carry
 	// Retry-After and Cache-Control: no-store.
-	HeaderNone
+	HeaderNone HeaderStyle = headers.None
 )
 
 // String returns "draft", "x-ratelimit" or "none".
@@ -312,22 +313,10 @@ func (s HeaderStyle) String() string {
 	return fmt.Sprintf("HeaderStyle(%d)", uint8(s))
 }
 
-func (s HeaderStyle) internal() (headers.Style, bool) {
-	switch s {
-	case HeaderDraft:
-		return headers.Draft, true
-	case HeaderXRateLimit:
-		return headers.XRateLimit, true
-	case HeaderNone:
-		return headers.None, true
-	}
-	return 0, false
-}
-
 // WithHeaders selects the quota header fields; the default is HeaderDraft.
 func WithHeaders(s HeaderStyle) Option {
 	return func(c *config) error {
-		if _, ok := s.internal(); !ok {
+		if s > HeaderNone {
 			return fmt.Errorf("addrlimit: unknown header style %d", s)
 		}
 		c.headers = s

@@ -35,7 +35,7 @@ func byPartner(r *http.Request) (policy, key string, err error) {
 
 func TestPerIdentityPolicies(t *testing.T) {
 	lim := mustNew(t, 2, time.Hour,
-		addrlimit.WithPolicy("partner", 5, time.Hour),
+		addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Burst: 5, Interval: time.Hour / 5}),
 		addrlimit.WithPolicySelector(byPartner))
 	h := lim.Handler(okHandler)
 	shared := "10.0.0.1:1" // partners and anonymous clients behind one egress
@@ -76,7 +76,7 @@ func TestPolicySelectorFailuresFallBackToTheDefault(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var seen []addrlimit.Decision
-			lim := mustNew(t, 1, time.Hour, addrlimit.WithPolicy("partner", 100, time.Hour), addrlimit.WithPolicySelector(tc.sel),
+			lim := mustNew(t, 1, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Burst: 100, Interval: time.Hour / 100}), addrlimit.WithPolicySelector(tc.sel),
 				addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { seen = append(seen, d) }))
 			got := codes(lim.Handler(okHandler), 3, func() *http.Request { return req("192.0.2.1:1") })
 			assert.Equal(t, []int{200, 429, 429}, got, "charged to the default policy under the address")
@@ -91,7 +91,7 @@ func TestPolicySelectorFailuresFallBackToTheDefault(t *testing.T) {
 }
 
 func TestNamedPolicyWithoutKeyUsesTheKeyFunc(t *testing.T) {
-	lim := mustNew(t, 1, time.Hour, addrlimit.WithPolicy("uploads", 3, time.Hour),
+	lim := mustNew(t, 1, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "uploads", Burst: 3, Interval: time.Hour / 3}),
 		addrlimit.WithPolicySelector(func(r *http.Request) (string, string, error) {
 			if r.Method == http.MethodPost {
 				return "uploads", "", nil
@@ -129,5 +129,47 @@ func TestEnumStrings(t *testing.T) {
 	} {
 		assert.Equal(t, want, s.String())
 		assert.Equal(t, want, fmt.Sprint(s), "fmt uses String")
+	}
+}
+
+// A named policy has a burst of its own, and the header fields advertise the
+// burst, not the rate: 60 per minute in bursts of 10 sends q=10;w=10.
+func TestNamedPolicyHasItsOwnBurst(t *testing.T) {
+	lim := mustNew(t, 2, time.Hour,
+		addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Burst: 10, Interval: time.Minute / 60}),
+		addrlimit.WithPolicySelector(byPartner))
+	h := lim.Handler(okHandler)
+	got := codes(h, 11, func() *http.Request { return req("10.0.0.1:1", "X-Partner-Key", "pk-acme-0123456789") })
+	assert.Equal(t, 10, count(got, 200), "a full bucket lets the burst through at once")
+	assert.Equal(t, http.StatusTooManyRequests, got[10])
+	w := serve(h, req("10.0.0.1:1", "X-Partner-Key", "pk-acme-0123456789"))
+	assert.Equal(t, `"partner";q=10;w=10`, w.Header().Get("RateLimit-Policy"))
+}
+
+// Validate is the rule WithPolicy applies, so a Store can apply it too: it
+// refuses what New refuses, naming the problem, and accepts every policy of a
+// Limiter.
+func TestPolicyValidateIsTheRuleOfNew(t *testing.T) {
+	for _, tc := range []struct {
+		p    addrlimit.Policy
+		want string
+	}{
+		{addrlimit.Policy{Burst: 1, Interval: time.Second}, "policy name is empty"},
+		{addrlimit.Policy{Name: "a b", Burst: 1, Interval: time.Second}, "outside A-Z"},
+		{addrlimit.Policy{Name: "p", Interval: time.Second}, `policy "p": burst must be at least 1`},
+		{addrlimit.Policy{Name: "p", Burst: 1}, `policy "p": interval must be positive`},
+		{addrlimit.Policy{Name: "p", Burst: 1 << 40, Interval: time.Hour}, `policy "p": burst times refill interval overflows`},
+	} {
+		err := tc.p.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v.Validate() = %v, want %q", tc.p, err, tc.want)
+		}
+		if _, newErr := addrlimit.New(1, time.Second, addrlimit.WithPolicy(tc.p)); newErr == nil || newErr.Error() != err.Error() {
+			t.Errorf("New with %+v: %v, want Validate's error", tc.p, newErr)
+		}
+	}
+	lim := mustNew(t, 60, time.Minute, addrlimit.WithBurst(10), addrlimit.WithPolicy(addrlimit.Policy{Name: "p", Burst: 3, Interval: time.Second}))
+	for _, p := range lim.Policies() {
+		assert.NoError(t, p.Validate())
 	}
 }

@@ -4,17 +4,44 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/addrlimit/addrlimit/internal/bucket"
+	"github.com/addrlimit/addrlimit/internal/headers"
 )
 
 // Policy is one bucket shape: capacity Burst, refilled one token every
-// Interval, under the name Name. A Limiter has a default policy (named by
-// WithName, "default" otherwise) and any number of named ones (WithPolicy).
+// Interval, under the name Name; N requests per period P in bursts of B is
+// Policy{Name: name, Burst: B, Interval: P / N}. A Limiter has a default
+// policy (New's limit and period, WithBurst, WithName) and any number of
+// named ones, which you construct and give to WithPolicy.
 // The name appears in the RateLimit-Policy header field, in Stats and in
 // metrics, and is part of the bucket's identity in a Store.
 type Policy struct {
 	Name     string
 	Burst    int
 	Interval time.Duration
+}
+
+// Validate reports whether a Limiter accepts p: Name is 1 to 64 bytes of
+// A-Z a-z 0-9 . _ - (so that it needs no escaping in a header field, a
+// metric label or a store key), Burst is at least 1, Interval is positive,
+// and Burst × Interval fits the bucket arithmetic (a full refill of under
+// about 73 years). WithPolicy calls it; a Store may call it on the policies
+// it is given, so that one rule holds everywhere.
+func (p Policy) Validate() error {
+	if err := checkPolicyName(p.Name); err != nil {
+		return err
+	}
+	if p.Burst < 1 {
+		return fmt.Errorf("addrlimit: policy %q: burst must be at least 1, got %d", p.Name, p.Burst)
+	}
+	if p.Interval <= 0 {
+		return fmt.Errorf("addrlimit: policy %q: interval must be positive, got %v", p.Name, p.Interval)
+	}
+	if _, err := bucket.NewPolicy(p.Burst, p.Interval); err != nil {
+		return fmt.Errorf("addrlimit: policy %q: %w", p.Name, err)
+	}
+	return nil
 }
 
 // DefaultPolicyName names the default policy unless WithName says otherwise.
@@ -90,22 +117,12 @@ type PolicyChecker interface {
 }
 
 // maxPolicyName bounds the length of a policy name.
-const maxPolicyName = 64
+const maxPolicyName = headers.MaxNameLen
 
-// checkPolicyName reports whether name may name a policy: 1 to 64 bytes of
-// A-Z a-z 0-9 . _ - (so it needs no escaping in a header field, a metric
-// label or a store key).
+// checkPolicyName reports whether name may name a policy (headers.CheckName).
 func checkPolicyName(name string) error {
-	if name == "" {
-		return fmt.Errorf("addrlimit: policy name is empty")
-	}
-	if len(name) > maxPolicyName {
-		return fmt.Errorf("addrlimit: policy name is %d bytes, longer than the maximum of %d", len(name), maxPolicyName)
-	}
-	for _, c := range []byte(name) {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("addrlimit: policy name %q has a character outside A-Z a-z 0-9 . _ -", name)
-		}
+	if err := headers.CheckName(name); err != nil {
+		return fmt.Errorf("addrlimit: %w", err)
 	}
 	return nil
 }

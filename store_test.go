@@ -18,6 +18,22 @@ func TestMemoryStoreConformance(t *testing.T) {
 	})
 }
 
+// A remote store behind FailOpen and FailClosed, as New puts a WithStore
+// Store, passes the suite: the wrapper changes nothing while the store
+// answers. (storetest.Run itself runs every store behind FailLocal.)
+func TestFailoverConformance(t *testing.T) {
+	for _, p := range []addrlimit.FailurePolicy{addrlimit.FailOpen, addrlimit.FailClosed} {
+		t.Run(p.String(), func(t *testing.T) {
+			storetest.Run(t, storetest.Harness{
+				New: func(t *testing.T) addrlimit.Store {
+					return addrlimit.NewTestFailover(addrlimit.NewTestMemoryStore(1000), p, 1000)
+				},
+				Bubble: true,
+			})
+		})
+	}
+}
+
 // boundedStore refuses policies whose burst × interval exceeds max, as a
 // remote store with bounded arithmetic does.
 type boundedStore struct {
@@ -40,12 +56,12 @@ func (s *boundedStore) CheckPolicy(p addrlimit.Policy) error {
 func TestNewRefusesPoliciesTheStoreCannotRepresent(t *testing.T) {
 	s := &boundedStore{Store: addrlimit.NewTestMemoryStore(10), max: time.Hour}
 	_, err := addrlimit.New(10, time.Minute, addrlimit.WithStore(s),
-		addrlimit.WithPolicy("long", 100, 2*time.Hour))
+		addrlimit.WithPolicy(addrlimit.Policy{Name: "long", Burst: 100, Interval: 2 * time.Hour / 100}))
 	if err == nil || !strings.Contains(err.Error(), `policy "long"`) || !strings.Contains(err.Error(), "at most 1h0m0s") {
 		t.Fatalf("New with a policy past the store's bound: %v, want an error naming the policy and the bound", err)
 	}
 	s.checked = nil
-	lim, err := addrlimit.New(10, time.Minute, addrlimit.WithStore(s), addrlimit.WithPolicy("short", 100, 30*time.Minute))
+	lim, err := addrlimit.New(10, time.Minute, addrlimit.WithStore(s), addrlimit.WithPolicy(addrlimit.Policy{Name: "short", Burst: 100, Interval: 30 * time.Minute / 100}))
 	if err != nil {
 		t.Fatal(err)
 	}

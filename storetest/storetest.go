@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/internal/storehook"
 )
 
 // Harness describes the store under test.
@@ -47,18 +48,30 @@ type Harness struct {
 	Tolerance time.Duration
 }
 
-// Run runs the suite, one subtest per property.
+// Run runs the suite, one subtest per property: on the store, then on the
+// store behind the wrapper a Limiter puts around it (FailLocal, whose local
+// mirror follows every answer), in subtests under "behind-FailLocal", since
+// that is how production calls a store given to WithStore.
 func Run(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("storetest: Harness.New is nil")
 	}
+	runCases(t, h, h.New)
+	t.Run("behind-FailLocal", func(t *testing.T) {
+		runCases(t, h, func(t *testing.T) addrlimit.Store {
+			return storehook.BehindFailLocal(h.New(t), 1000).(addrlimit.Store)
+		})
+	})
+}
+
+func runCases(t *testing.T, h Harness, newStore func(*testing.T) addrlimit.Store) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if h.Bubble {
-				synctest.Test(t, func(t *testing.T) { c.run(&suite{T: t, h: h, s: h.New(t)}) })
+				synctest.Test(t, func(t *testing.T) { c.run(&suite{T: t, h: h, s: newStore(t)}) })
 				return
 			}
-			c.run(&suite{T: t, h: h, s: h.New(t)})
+			c.run(&suite{T: t, h: h, s: newStore(t)})
 		})
 	}
 }

@@ -6,6 +6,7 @@
 package headers
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"net/http"
@@ -13,12 +14,12 @@ import (
 	"time"
 )
 
-// Style selects the quota header fields.
-type Style uint8
-
+// The styles of quota header fields, as addrlimit.HeaderStyle numbers them
+// (the root package's HeaderStyle is the one style type; these are its
+// values).
 const (
 	// Draft sends RateLimit-Policy and RateLimit (IETF httpapi draft, structured fields).
-	Draft Style = iota
+	Draft = iota
 	// XRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset (seconds until the bucket is full again).
 	XRateLimit
@@ -61,9 +62,6 @@ var smallInts = func() []string {
 	return s
 }()
 
-// maxNameLen bounds policy names, as the root package does.
-const maxNameLen = 64
-
 // Seconds rounds d up to whole seconds.
 func Seconds(d time.Duration) int {
 	if d <= 0 {
@@ -92,7 +90,7 @@ type State struct {
 // whose bucket is full or nearly full sees: in practice, most clients), waits
 // up to precomputed seconds. Other values are rendered into arena memory.
 type Writer struct {
-	style   Style
+	style   uint8
 	policy  string   // RateLimit-Policy value
 	prefix  string   // RateLimit value up to r's digits: "name";r=
 	limit   string   // X-RateLimit-Limit value
@@ -108,15 +106,14 @@ type Writer struct {
 const topRendered = 128
 
 // New pre-renders the fields of the policy called name: a bucket of
-// capacity burst refilled one token per interval. The caller validates the
-// policy: name is 1 to 64 bytes of A-Z a-z 0-9 . _ - (so it needs no
-// escaping in a structured-field string), burst >= 1 and interval > 0. New
-// panics otherwise; addrlimit.New never lets such a policy through, so the
-// panic can only mean a bug in the caller, and it happens at construction,
-// never while serving.
-func New(style Style, name string, burst int, interval time.Duration) *Writer {
-	if !validName(name) {
-		panic(fmt.Sprintf("headers: invalid policy name %q", name))
+// capacity burst refilled one token per interval, in style (Draft,
+// XRateLimit or None). The caller validates the policy: CheckName(name),
+// burst >= 1 and interval > 0. New panics otherwise; addrlimit.New never lets such a
+// policy through, so the panic can only mean a bug in the caller, and it
+// happens at construction, never while serving.
+func New(style uint8, name string, burst int, interval time.Duration) *Writer {
+	if err := CheckName(name); err != nil {
+		panic("headers: " + err.Error())
 	}
 	if burst < 1 || interval <= 0 {
 		panic(fmt.Sprintf("headers: invalid policy %d per %v", burst, interval))
@@ -178,17 +175,26 @@ func window(burst int, interval time.Duration) int {
 	return int(min(max(secs, 1), 1<<62))
 }
 
-func validName(name string) bool {
-	if name == "" || len(name) > maxNameLen {
-		return false
+// MaxNameLen bounds the length of a policy name.
+const MaxNameLen = 64
+
+// CheckName is the one rule for policy names, of addrlimit.New and of this
+// package: 1 to 64 bytes of A-Z a-z 0-9 . _ -, so that a name needs no
+// escaping in a structured-field string, a metric label or a store key.
+func CheckName(name string) error {
+	if name == "" {
+		return errors.New("policy name is empty")
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("policy name is %d bytes, longer than the maximum of %d", len(name), MaxNameLen)
 	}
 	for i := range len(name) {
 		c := name[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
+			return fmt.Errorf("policy name %q has a character outside A-Z a-z 0-9 . _ -", name)
 		}
 	}
-	return true
+	return nil
 }
 
 // Write sets the fields for s on h, replacing earlier values.

@@ -15,7 +15,7 @@ import (
 func TestWrite(t *testing.T) {
 	tests := []struct {
 		name   string
-		style  Style
+		style  uint8
 		policy string
 		burst  int
 		ivl    time.Duration
@@ -85,7 +85,7 @@ func checkHeader(t *testing.T, name string, h, want http.Header) {
 
 func TestWriteDenied(t *testing.T) {
 	for _, tc := range []struct {
-		style  Style
+		style  uint8
 		status int
 		want   http.Header
 		body   string
@@ -238,7 +238,7 @@ func TestResponsesShareNothingMutable(t *testing.T) {
 // A sequence of responses through one Writer, so that rendered values are
 // reused (or must not be) across responses.
 func TestWriteSequence(t *testing.T) {
-	for _, style := range []Style{Draft, XRateLimit, None} {
+	for _, style := range []uint8{Draft, XRateLimit, None} {
 		w := New(style, "seq", 1_000_000, time.Hour)
 		for i, st := range []State{
 			{NextToken: 2000 * time.Second, RetryAfter: 2000 * time.Second, Denied: true},
@@ -291,10 +291,10 @@ func FuzzWrite(f *testing.F) {
 	f.Add(uint8(1), "x", 1_000_000_000, int64(60), 999_999_999, int64(60), int64(time.Hour), true)
 	f.Add(uint8(2), "p", 1, int64(1), 0, int64(math.MaxInt64), int64(-1), true)
 	f.Fuzz(func(t *testing.T, style uint8, name string, burst int, ivl int64, remaining int, retry, reset int64, denied bool) {
-		if !validName(name) || burst < 1 || ivl <= 0 {
+		if CheckName(name) != nil || burst < 1 || ivl <= 0 {
 			return
 		}
-		w := New(Style(style%3), name, burst, time.Duration(ivl))
+		w := New(style%3, name, burst, time.Duration(ivl))
 		st := State{Remaining: remaining, NextToken: time.Duration(retry), RetryAfter: time.Duration(retry) * 3, ResetAfter: time.Duration(reset), Denied: denied, Never: denied && reset%2 == 0}
 		h := http.Header{}
 		w.Write(h, st)

@@ -1,0 +1,144 @@
+package addrlimit
+
+import (
+	"context"
+	"time"
+
+	"github.com/addrlimit/addrlimit/internal/storehook"
+)
+
+func init() {
+	storehook.BehindFailLocal = func(s any, maxKeys int) any {
+		return newFailover(s.(Store), FailLocal, newMemStore(maxKeys))
+	}
+}
+
+// failover is a Store given to WithStore behind the Limiter's failure
+// policy: every call goes to remote; when remote fails, policy decides. Under
+// FailLocal the local tables keep a mirror of what remote last said for each
+// key, decide from it while remote fails, and record what they charged as
+// the key's debt, paid with its next Take that remote answers (when remote is
+// a DebtStore).
+type failover struct {
+	remote Store
+	debts  DebtStore // remote, if it is one and policy is FailLocal
+	policy FailurePolicy
+	local  *memStore // the mirror and fallback buckets, one table per policy
+}
+
+func newFailover(remote Store, policy FailurePolicy, local *memStore) *failover {
+	f := &failover{remote: remote, policy: policy, local: local}
+	if ds, ok := remote.(DebtStore); ok && policy == FailLocal {
+		f.debts = ds
+	}
+	return f
+}
+
+// take is remote's Take, decided whatever the caller does: a client that
+// hangs up cancels r.Context() and must not get the failure policy for it
+// (remote's own timeout bounds the call).
+func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int) answer {
+	res, err := f.remoteTake(context.WithoutCancel(ctx), ps, k.s, n)
+	if err == nil {
+		if f.policy == FailLocal {
+			ps.table.Mirror(k.hash, f.local.now(), res.ResetAfter)
+		}
+		ps.count(res.Allowed)
+		return answer{Result: res}
+	}
+	switch f.policy {
+	case FailOpen:
+		ps.count(true)
+		return answer{Result: Result{Allowed: true}, err: err, unknown: true}
+	case FailClosed:
+		ps.count(false)
+		return answer{Result: Result{RetryAfter: time.Second}, err: err, unknown: true}
+	}
+	res = Result(ps.table.Take(k.hash, f.local.now(), int64(n))) // counted by the table
+	if res.Allowed && f.debts != nil {
+		ps.debts.add(k.s, n, f.local.now(), ps.tau(), ps.Burst)
+	}
+	return answer{Result: res, err: err}
+}
+
+// remoteTake is remote's Take of n tokens for key, paying key's debt with
+// it when remote is a DebtStore. A failed call keeps the debt.
+func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, n int) (Result, error) {
+	if f.debts == nil {
+		return f.remote.Take(ctx, key, ps.Policy, n)
+	}
+	now, tau := f.local.now(), ps.tau()
+	owed := ps.debts.take(key, now, tau)
+	if owed == 0 {
+		return f.remote.Take(ctx, key, ps.Policy, n)
+	}
+	res, err := f.debts.TakeWithDebt(ctx, key, ps.Policy, n, owed)
+	if err != nil {
+		ps.debts.add(key, owed, now, tau, ps.Burst)
+	}
+	return res, err
+}
+
+// peek is remote's Peek, or the local bucket's state with remote's error.
+func (f *failover) peek(ctx context.Context, ps *policyState, k bucketKey) (Result, error) {
+	res, err := f.remote.Peek(ctx, k.s, ps.Policy)
+	if err != nil {
+		return Result(ps.table.Peek(k.hash, f.local.now())), err
+	}
+	return res, nil
+}
+
+// refund gives n tokens back to the bucket that paid them: remote's, or the
+// local one that decided under FailLocal. FailOpen and FailClosed charged
+// nothing when they decided, so nothing is refunded.
+func (f *failover) refund(ctx context.Context, ps *policyState, k bucketKey, n int, degraded bool) (Result, bool, error) {
+	switch {
+	case degraded && f.policy == FailLocal:
+		ps.debts.cancel(k.s, n)
+		return Result(ps.table.Refund(k.hash, f.local.now(), int64(n))), true, nil
+	case degraded:
+		return Result{}, false, nil
+	}
+	res, err := f.remote.Refund(ctx, k.s, ps.Policy, n)
+	if err != nil {
+		return Result{}, false, err
+	}
+	if f.policy == FailLocal {
+		// The local copy keeps the later of its state and an answer
+		// (answers may arrive out of order), so give it the refund
+		// first, as remote did.
+		now := f.local.now()
+		ps.table.Refund(k.hash, now, int64(n))
+		ps.table.Mirror(k.hash, now, res.ResetAfter)
+	}
+	return res, true, nil
+}
+
+// reset resets the local bucket and forgets the key's debt whatever remote
+// says, then resets remote's bucket.
+func (f *failover) reset(ctx context.Context, ps *policyState, k bucketKey) error {
+	ps.table.Reset(k.hash, f.local.now())
+	ps.debts.cancel(k.s, -1)
+	return f.remote.Reset(ctx, k.s, ps.Policy)
+}
+
+// The Store methods are the seam's, for storetest: the wrapper is what
+// production runs in front of a remote store.
+
+func (f *failover) Take(ctx context.Context, key string, p Policy, n int) (Result, error) {
+	a := f.take(ctx, f.local.lane(p), f.local.key(key), n)
+	return a.Result, a.err
+}
+
+func (f *failover) Refund(ctx context.Context, key string, p Policy, n int) (Result, error) {
+	res, _, err := f.refund(ctx, f.local.lane(p), f.local.key(key), n, false)
+	return res, err
+}
+
+func (f *failover) Peek(ctx context.Context, key string, p Policy) (Result, error) {
+	return f.peek(ctx, f.local.lane(p), f.local.key(key))
+}
+
+func (f *failover) Reset(ctx context.Context, key string, p Policy) error {
+	return f.reset(ctx, f.local.lane(p), f.local.key(key))
+}

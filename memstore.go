@@ -1,0 +1,118 @@
+package addrlimit
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/addrlimit/addrlimit/internal/bucket"
+)
+
+// seam is the one way a Limiter reaches its buckets: a Store as the Limiter
+// calls it, by the key's hash (which is all the in-memory table needs, so the
+// default path allocates nothing) and with the policy's state at hand. New
+// picks one of its two implementations once: memStore, the default, or
+// failover, a Store given to WithStore behind its failure policy. Both are
+// also Stores, so that storetest runs against exactly what production runs.
+type seam interface {
+	Store
+	// take charges n tokens to k's bucket under ps.
+	take(ctx context.Context, ps *policyState, k bucketKey, n int) answer
+	// peek reports k's bucket without changing it. With an error, the
+	// Result is the local bucket's.
+	peek(ctx context.Context, ps *policyState, k bucketKey) (Result, error)
+	// refund gives n tokens back to the bucket that paid them for a
+	// decision (degraded: one the failure policy took), reports whether any
+	// bucket got them, and returns that bucket's state.
+	refund(ctx context.Context, ps *policyState, k bucketKey, n int, degraded bool) (Result, bool, error)
+	// reset makes k's bucket full.
+	reset(ctx context.Context, ps *policyState, k bucketKey) error
+}
+
+// bucketKey is a bucket's key as a seam gets it: its hash, and its string
+// when the seam asked for strings (a remote store needs them; the in-memory
+// table does not, so the default path never builds one).
+type bucketKey struct {
+	hash uint64
+	s    string
+}
+
+// answer is a seam's answer to take.
+type answer struct {
+	Result
+	err     error // the store failed and the failure policy decided
+	unknown bool  // the quota is unknown (FailOpen, FailClosed): Decision.Limit 0
+}
+
+// memStore is the in-memory store: one bucket.Table per policy. The zero
+// value is not ready; use newMemStore.
+type memStore struct {
+	seed    maphash.Seed
+	epoch   time.Time
+	maxKeys int
+
+	mu    sync.Mutex
+	lanes map[Policy]*policyState // the Limiter's policies, and those its Store methods meet
+}
+
+func newMemStore(maxKeys int) *memStore {
+	return &memStore{seed: maphash.MakeSeed(), epoch: time.Now(), maxKeys: maxKeys, lanes: map[Policy]*policyState{}}
+}
+
+// now is the store's clock: nanoseconds since it was made.
+func (m *memStore) now() int64 { return int64(time.Since(m.epoch)) }
+
+// lane returns the state of policy p, with an empty table if p is new.
+// Policies reach it validated: by New, or by the Store contract.
+func (m *memStore) lane(p Policy) *policyState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ps := m.lanes[p]
+	if ps == nil {
+		bp, err := bucket.NewPolicy(p.Burst, p.Interval)
+		if err != nil {
+			panic("addrlimit: " + err.Error()) // the caller broke the Store contract
+		}
+		ps = &policyState{Policy: p, table: bucket.NewTable(bp, m.maxKeys)}
+		m.lanes[p] = ps
+	}
+	return ps
+}
+
+// key is s as a seam's key.
+func (m *memStore) key(s string) bucketKey { return bucketKey{hash: maphash.String(m.seed, s), s: s} }
+
+func (m *memStore) take(_ context.Context, ps *policyState, k bucketKey, n int) answer {
+	return answer{Result: Result(ps.table.Take(k.hash, m.now(), int64(n)))}
+}
+
+func (m *memStore) peek(_ context.Context, ps *policyState, k bucketKey) (Result, error) {
+	return Result(ps.table.Peek(k.hash, m.now())), nil
+}
+
+func (m *memStore) refund(_ context.Context, ps *policyState, k bucketKey, n int, _ bool) (Result, bool, error) {
+	return Result(ps.table.Refund(k.hash, m.now(), int64(n))), true, nil
+}
+
+func (m *memStore) reset(_ context.Context, ps *policyState, k bucketKey) error {
+	ps.table.Reset(k.hash, m.now())
+	return nil
+}
+
+func (m *memStore) Take(ctx context.Context, key string, p Policy, n int) (Result, error) {
+	return m.take(ctx, m.lane(p), m.key(key), n).Result, nil
+}
+
+func (m *memStore) Refund(ctx context.Context, key string, p Policy, n int) (Result, error) {
+	res, _, err := m.refund(ctx, m.lane(p), m.key(key), n, false)
+	return res, err
+}
+
+func (m *memStore) Peek(ctx context.Context, key string, p Policy) (Result, error) {
+	return m.peek(ctx, m.lane(p), m.key(key))
+}
+
+func (m *memStore) Reset(ctx context.Context, key string, p Policy) error {
+	return m.reset(ctx, m.lane(p), m.key(key))
+}
