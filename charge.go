@@ -37,7 +37,7 @@ func (l *Limiter) exemption(r *http.Request, d *Decision) tokenClass {
 		class = l.token.classify(r.Header["Authorization"])
 	}
 	if class == tokenAccepted || l.exempt != nil && l.exempt(r) {
-		l.exempted.Inc()
+		l.exempted.Add(1)
 		d.Outcome = Exempt
 	}
 	return class
@@ -49,10 +49,10 @@ func (l *Limiter) countCredentials(r *http.Request, class tokenClass, d *Decisio
 	d.RetiredToken = class == tokenRetired
 	if d.Outcome == Limited {
 		if len(r.Header["Authorization"]) > 0 {
-			l.credentialed.Inc()
+			l.credentialed.Add(1)
 		}
 		if d.RetiredToken {
-			l.retiredLimited.Inc()
+			l.retiredLimited.Add(1)
 		}
 	}
 }
@@ -123,7 +123,7 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 		return
 	}
 	if err != nil {
-		l.keyErrors.Inc()
+		l.keyErrors.Add(1)
 	}
 	a := l.store.take(ctx, ps, k, n)
 	d.set(ps, a.Result)
@@ -132,7 +132,7 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 	}
 	d.Cost, d.Err = n, err
 	if a.err != nil {
-		l.storeErrors.Inc()
+		l.storeErrors.Add(1)
 		d.Degraded, d.Err = true, errors.Join(err, a.err)
 	}
 	d.DryRun = d.Outcome == Limited && l.dryRun
@@ -143,8 +143,8 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 // local bucket if the store fails), Cost > Limit, and a zero RetryAfter: no
 // wait makes the request possible, so none is promised.
 func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, k bucketKey, n int, err error, d *Decision) {
-	l.keyErrors.Inc()
-	ps.limited.Inc()
+	l.keyErrors.Add(1)
+	ps.limited.Add(1)
 	res, _ := l.store.peek(context.WithoutCancel(ctx), ps, k)
 	d.set(ps, res)
 	d.Outcome, d.Cost, d.DryRun = Limited, n, l.dryRun
@@ -157,10 +157,10 @@ func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, k bucketKey, 
 func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, k bucketKey, d *Decision) {
 	_, ok, err := l.store.refund(ctx, ps, k, d.Cost, d.Degraded)
 	if err != nil {
-		l.storeErrors.Inc()
+		l.storeErrors.Add(1)
 	}
 	if ok {
-		l.refunded.Inc()
+		l.refunded.Add(1)
 	}
 }
 
@@ -176,8 +176,8 @@ func (d *Decision) set(ps *policyState, res Result) {
 // count counts a decision that the in-memory table did not take.
 func (ps *policyState) count(allowed bool) {
 	if allowed {
-		ps.allowed.Inc()
+		ps.allowed.Add(1)
 	} else {
-		ps.limited.Inc()
+		ps.limited.Add(1)
 	}
 }

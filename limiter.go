@@ -45,10 +45,10 @@ import (
 	"fmt"
 	"hash/maphash"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/addrlimit/addrlimit/internal/bucket"
-	"github.com/addrlimit/addrlimit/internal/counter"
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
 
@@ -75,7 +75,7 @@ type Limiter struct {
 	strKeys   bool // the seam needs keys as strings (a remote store)
 	seed      maphash.Seed
 
-	exempted, credentialed, retiredLimited, keyErrors, storeErrors, refunded counter.Striped
+	exempted, credentialed, retiredLimited, keyErrors, storeErrors, refunded atomic.Uint64
 }
 
 // policyState is one policy with its buckets, its header fields and the
@@ -85,8 +85,8 @@ type policyState struct {
 	table   *bucket.Table // the buckets, or the local fallback of a remote store
 	debts   debtRecord    // what the local fallback charged, owed to a DebtStore
 	headers *headers.Writer
-	allowed counter.Striped // decisions of a remote store or of FailOpen/FailClosed
-	limited counter.Striped
+	allowed atomic.Uint64 // decisions of a remote store or of FailOpen/FailClosed
+	limited atomic.Uint64
 }
 
 // tau is the policy's full refill time in ns: Burst × Interval.

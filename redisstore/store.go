@@ -375,8 +375,12 @@ func (s *Store) breakerFor(ctx context.Context, rkey string) *breaker {
 // checkPolicy validates p and n and returns p's refill interval rounded to
 // whole microseconds (at least 1 µs).
 func checkPolicy(p addrlimit.Policy, n int) (time.Duration, error) {
-	if !validName(p.Name) {
-		return 0, fmt.Errorf("redisstore: invalid policy name %q: want at most 64 of [A-Za-z0-9._-]", p.Name)
+	// The Limiter's one rule for a policy. The empty name, which a Limiter
+	// never passes, is a namespace of its own for direct callers.
+	if p.Name != "" {
+		if err := p.Validate(); err != nil {
+			return 0, fmt.Errorf("redisstore: %w", err)
+		}
 	}
 	if p.Burst < 1 || p.Interval <= 0 {
 		return 0, fmt.Errorf("redisstore: invalid policy: burst %d, interval %v", p.Burst, p.Interval)
@@ -389,22 +393,6 @@ func checkPolicy(p addrlimit.Policy, n int) (time.Duration, error) {
 		return 0, fmt.Errorf("redisstore: %d tokens for a burst of %d", n, p.Burst)
 	}
 	return interval, nil
-}
-
-// validName accepts what addrlimit accepts for a policy name; the empty
-// name, which addrlimit never passes, is its own namespace.
-func validName(name string) bool {
-	if len(name) > 64 {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		switch c := name[i]; {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // contextTimeouts reports whether a go-redis client applies context
