@@ -549,3 +549,21 @@ func TestOneBadKeyFailsOnlyItself(t *testing.T) {
 		t.Fatalf("Take after the bad key's errors: %+v %v", res, err)
 	}
 }
+
+// A Store refuses, before any round trip, a named policy that breaks the
+// Limiter's rule (Policy.Validate), whoever calls it.
+func TestStoreAppliesThePolicyRuleOfTheLimiter(t *testing.T) {
+	needRedis(t)
+	s := newStore(t, shared.client(t))
+	for _, p := range []addrlimit.Policy{
+		{Name: "bad name", Burst: 5, Interval: time.Second},
+		{Name: strings.Repeat("a", 65), Burst: 5, Interval: time.Second},
+		{Name: "ok", Burst: 0, Interval: time.Second},
+	} {
+		if _, err := s.Take(context.Background(), "k", p, 1); err == nil || !strings.HasPrefix(err.Error(), "redisstore: ") {
+			t.Errorf("Take under %q (burst %d): %v, want a redisstore error", p.Name, p.Burst, err)
+		} else if p.Validate() == nil {
+			t.Errorf("policy %+v is valid by Policy.Validate, but the store refused it: %v", p, err)
+		}
+	}
+}
