@@ -12,9 +12,8 @@ import (
 // key's next Take that reaches the store, so that the shared bucket learns
 // what every instance spent in the meantime. Without it, a store that fails
 // and answers in turn (a flapping network, a failover) lets each instance
-// spend on its own what the store never hears of: measured with Redis
-// unreachable every other 100 ms, two instances got 2.2–2.4× the budget;
-// with it, 1.0–1.2× (redisstore's TestFlappingRedisKeepsTheBudget).
+// spend on its own what the store never hears of (README "Many instances"
+// gives the figures).
 //
 // The redisstore module implements it. storetest checks it for stores that
 // implement it.

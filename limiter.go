@@ -92,15 +92,12 @@ type policyState struct {
 // tau is the policy's full refill time in ns: Burst × Interval.
 func (ps *policyState) tau() int64 { return int64(ps.Burst) * int64(ps.Interval) }
 
-// DefaultMaxKeys is the default capacity of the exact bucket table of each
-// policy: about 23 MB of heap when full (22 B per key of capacity: 20 B of
-// slots, rounded up to whole pages by the allocator; measured by
-// TestDefaultMaxKeysMemory); an address flood past the cap adds
-// the approximate memory, at most 64 B per key of capacity (see "Memory" in
-// the README). Buckets are dropped once they have
-// refilled, so the table holds only the clients seen within one full refill
-// time (60 s for 300/min), and this many distinct clients in that time is far
-// beyond normal load.
+// DefaultMaxKeys is the default capacity of each policy's exact bucket table
+// (WithMaxKeys). Refilled buckets are dropped, so the table holds only the
+// clients seen within one full refill time (60 s for 300/min): this many is
+// far beyond normal load. README "Memory" gives its cost (about 23 MB full,
+// checked by TestDefaultMaxKeysMemory; about 108 B per key of capacity with
+// the approximate memory an address flood adds).
 const DefaultMaxKeys = 1 << 20
 
 // New returns a Limiter whose default policy lets each key make limit

@@ -123,10 +123,8 @@ func WithPolicySelector(f PolicySelector) Option {
 //
 // A cost above the policy's burst can never be paid: the request is refused
 // with ErrCostOverBurst and charged nothing. Handler answers it 413 Content
-// Too Large, without Retry-After: a 429 or a Retry-After would promise a
-// success that no wait brings (clients retry a 429; none retries a 413,
-// which tells them to send less), while the quota fields still describe the
-// bucket. A WithDeniedHandler handler recognises the case by Decision.Cost >
+// Too Large, without Retry-After (no wait makes it possible; a 413 tells the
+// client to send less), while the quota fields still describe the bucket. A WithDeniedHandler handler recognises the case by Decision.Cost >
 // Decision.Limit. A cost below 1 is charged as 1 and reported as
 // ErrInvalidCost; it is never a refund.
 func WithCost(f func(r *http.Request) int) Option {
