@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path"
@@ -32,23 +34,70 @@ func (m *Module) Tag(v string) string {
 	return m.Dir + "/" + v
 }
 
-// isPublished reports whether the module in dir (slash-separated, relative to
-// the repository root) is tagged and offered to users. Not published: the
-// benchmarks and examples modules (they exist to be run from a clone, and
-// their requirements on the peers they compare with must not reach anyone's
-// build), and modules in directories the go command itself ignores (names
-// starting with "." or "_", and testdata), such as this tool.
-func isPublished(dir string) bool {
+// isPublished reports whether the module in dir (slash-separated, relative
+// to the repository root) is tagged and offered to users, decided from the
+// tree alone so that a new module needs no list to be edited. Not published:
+//   - modules under benchmarks/ and examples/: they exist to be run from a
+//     clone, and their requirements on the peers they compare with must not
+//     reach anyone's build;
+//   - modules in directories the go command itself ignores (a name starting
+//     with "." or "_", testdata), such as this tool;
+//   - modules with nothing to import (lib false): only tests, commands or
+//     internal packages, such as a module that tests the others.
+func isPublished(dir string, lib bool) bool {
 	if dir == "." {
 		return true
 	}
 	parts := strings.Split(dir, "/")
 	for _, p := range parts {
-		if strings.HasPrefix(p, ".") || strings.HasPrefix(p, "_") || p == "testdata" {
+		if ignoredDir(p) {
 			return false
 		}
 	}
-	return parts[0] != "benchmarks" && parts[0] != "examples"
+	return lib && parts[0] != "benchmarks" && parts[0] != "examples"
+}
+
+// ignoredDir reports whether the go command ignores a directory of this name.
+func ignoredDir(name string) bool {
+	return strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata"
+}
+
+// hasLibrary reports whether the module in dir has a package users can
+// import: a non-test Go file of a package other than main, outside internal
+// directories and the directories of nested modules.
+func hasLibrary(dir string) (bool, error) {
+	found := errors.New("found")
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != dir && (ignoredDir(d.Name()) || d.Name() == "internal" || exists(filepath.Join(p, "go.mod"))) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.PackageClauseOnly)
+		if err != nil {
+			return err
+		}
+		if f.Name.Name != "main" {
+			return found
+		}
+		return nil
+	})
+	if err == found {
+		return true, nil
+	}
+	return false, err
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // findModules returns every module under root, the root module first and the
@@ -80,8 +129,12 @@ func findModules(root string) ([]*Module, error) {
 		if f.Module == nil {
 			return fmt.Errorf("%s: no module directive", p)
 		}
+		lib, err := hasLibrary(filepath.Dir(p))
+		if err != nil {
+			return err
+		}
 		dir := filepath.ToSlash(rel)
-		mods = append(mods, &Module{Dir: dir, Path: f.Module.Mod.Path, Published: isPublished(dir), File: f})
+		mods = append(mods, &Module{Dir: dir, Path: f.Module.Mod.Path, Published: isPublished(dir, lib), File: f})
 		return nil
 	})
 	if err != nil {
