@@ -98,7 +98,7 @@ case "${1:-}" in
 report) ;;
 e2e) e2e ;;
 soak)
-  go run ./cmd/soak -duration "${SOAK_DURATION:-10m}" -md results/soak.md ||
+  go run ./cmd/soak -duration "${SOAK_DURATION:-10m}" -md results/soak.md -samples results/soak-samples.tsv ||
     echo "the soak found the server not flat, or failed decisions: see results/soak.md" >&2
   ;;
 *)

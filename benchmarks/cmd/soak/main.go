@@ -22,16 +22,19 @@
 // redis-server are child processes (redis-server on a free loopback port,
 // without persistence, killed at the end). The policy, 2 per hour, allows a
 // key's first two requests and limits the later ones, so both paths (and
-// redisstore's deny cache) serve throughout; no bucket refills, so the
-// in-memory store's table (DefaultMaxKeys) keeps every key, and it is filled
-// through the handler before wrk starts so that the measured part is the
-// steady state. Samples, every -every: the live heap (runtime/metrics
+// redisstore's deny cache) serve throughout; no bucket refills, so the local
+// table (DefaultMaxKeys; with Redis it mirrors the store's answers) keeps
+// every key. Before wrk starts, 16 goroutines send one request per key
+// through the handler, filling the table and Redis, so that the measured part
+// is the steady state. Samples, every -every: the live heap (runtime/metrics
 // /gc/heap/live:bytes), VmRSS from /proc/self/status, and the goroutines
 // (/sched/goroutines:goroutines) as the least of 10 readings 10 ms apart, which
-// leaves out most of the goroutine net/http runs per request in flight. The
+// leaves out some of the goroutines net/http runs per request in flight. The
 // first -warmup fraction is left out; over the rest, the deviation of a figure
-// is max |sample - median| / median. It exits 1 if a deviation exceeds
-// -tolerance or a decision failed (an observer sees Err or Degraded).
+// is max |sample - median| / median, and its drift the distance between the
+// medians of the first and the last quarter. It exits 1 if a decision failed
+// (an observer sees Err or Degraded), or the heap or RSS deviates, or the
+// goroutine count drifts, by more than -tolerance (see result.ok).
 package main
 
 import (
@@ -41,6 +44,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -69,7 +73,7 @@ type config struct {
 	keys, threads, conns          int
 	warmup, tolerance             float64
 	stores                        []string
-	md                            string
+	md, tsv                       string
 }
 
 func main() {
@@ -92,6 +96,7 @@ func run(args []string, out io.Writer) error {
 	fs.Float64Var(&c.tolerance, "tolerance", 0.05, "largest deviation from the median allowed after warm-up")
 	store := fs.String("store", "memory,redis", "stores to soak, in order: memory, redis")
 	fs.StringVar(&c.md, "md", "", "also write the results as a Markdown section to this file")
+	fs.StringVar(&c.tsv, "samples", "", "also write every sample to this file (store, seconds, heap, goroutines, RSS; tab-separated)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -121,6 +126,17 @@ func run(args []string, out io.Writer) error {
 			return err
 		}
 	}
+	if c.tsv != "" {
+		var b strings.Builder
+		for _, r := range results {
+			for _, s := range r.samples {
+				fmt.Fprintf(&b, "%s\t%.0f\t%.0f\t%.0f\t%.0f\n", r.store, s.at.Seconds(), s.heap, s.goroutines, s.rss)
+			}
+		}
+		if err := os.WriteFile(c.tsv, []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+	}
 	if failed {
 		return errors.New("not flat, or decisions failed (see above)")
 	}
@@ -138,9 +154,11 @@ type result struct {
 	samples          []sample
 	allowed, limited int64
 	failed           int64 // decisions with Err or Degraded
+	fillFailed       int64 // the same, while filling the table
 	rps              string
 	non2xx, sockErrs string
 	why              []string // failure reasons with their counts
+	load             string   // 1-minute load average at the start and at the end
 	extra            string   // store detail (Redis keys and memory)
 }
 
@@ -201,20 +219,29 @@ func soak(c config, store string) (result, error) {
 		return r, err
 	}
 	h := lim.Handler(benchmarks.OK)
-	if store == "memory" { // fill the table: the soak measures the steady state
-		req := httptest.NewRequest("GET", "/", nil)
-		req.RemoteAddr = "127.0.0.1:1"
-		w := httptest.NewRecorder()
-		for i := range c.keys {
-			req.Header.Set("X-Forwarded-For", address(i))
-			h.ServeHTTP(w, req)
-		}
-		allowed.Store(0)
-		limited.Store(0)
-		if n := failed.Swap(0); n > 0 {
-			return r, fmt.Errorf("%d decisions failed while filling the table", n)
-		}
+	// Fill the table (and Redis) with every key through the handler before
+	// wrk starts, so that the soak measures the steady state: redisstore's
+	// answers are mirrored into the local table too (WithMaxKeys bounds it).
+	var wg sync.WaitGroup
+	for w := range fillers {
+		wg.Go(func() {
+			req := httptest.NewRequest("GET", "/", nil)
+			req.RemoteAddr = "127.0.0.1:1"
+			rw := benchmarks.NewWriter()
+			for i := w; i < c.keys; i += fillers {
+				req.Header.Set("X-Forwarded-For", address(i))
+				clear(rw.H)
+				h.ServeHTTP(rw, req)
+			}
+		})
 	}
+	wg.Wait()
+	allowed.Store(0)
+	limited.Store(0)
+	r.fillFailed = failed.Swap(0) // reported, not counted: the soak starts after
+	whyMu.Lock()
+	clear(why)
+	whyMu.Unlock()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -235,6 +262,7 @@ func soak(c config, store string) (result, error) {
 		"--", strconv.Itoa(c.threads), strconv.Itoa(c.keys))
 	var wrkOut strings.Builder
 	wrk.Stdout, wrk.Stderr = &wrkOut, &wrkOut
+	r.load = loadavg()
 	start := time.Now()
 	if err := wrk.Start(); err != nil {
 		return r, err
@@ -260,6 +288,7 @@ func soak(c config, store string) (result, error) {
 		}
 	}
 	r.allowed, r.limited, r.failed = allowed.Load(), limited.Load(), failed.Load()
+	r.load += " → " + loadavg()
 	whyMu.Lock()
 	for msg, n := range why {
 		r.why = append(r.why, fmt.Sprintf("%d× %s", n, msg))
@@ -279,6 +308,18 @@ func soak(c config, store string) (result, error) {
 	}
 	return r, nil
 }
+
+// loadavg is the machine's 1-minute load average, from /proc/loadavg.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+// fillers is the number of goroutines that fill the table before the soak.
+const fillers = 16
 
 // address is client address number i: 10.x.y.z, as the Lua script makes it.
 func address(i int) string {
@@ -383,12 +424,38 @@ var figures = []struct {
 
 func mb(v float64) string { return fmt.Sprintf("%.1f MB", v/1e6) }
 
+// drift is how far the median of the last quarter of the steady samples is
+// from the median of their first quarter, as a fraction of the latter: a leak
+// moves it, the noise of single samples does not.
+func (r result) drift(c config, f func(sample) float64) float64 {
+	st := r.steady(c)
+	q := len(st) / 4
+	if q == 0 {
+		return 1
+	}
+	first, _, _, _ := result{samples: st[:q]}.stat(config{}, f)
+	last, _, _, _ := result{samples: st[len(st)-q:]}.stat(config{}, f)
+	if first == 0 {
+		return 1
+	}
+	return math.Abs(last-first) / first
+}
+
+// ok: no failed decision; live heap and RSS within the tolerance of their
+// median over every steady sample; goroutines without drift. Goroutines are
+// not held to every sample: net/http runs one more goroutine per request in
+// flight, so a sample counts between the connections' goroutines and up to
+// twice as many, depending on how many requests wait (on Redis, say).
 func (r result) ok(c config) bool {
-	if r.failed > 0 || len(r.steady(c)) < 3 {
+	if r.failed > 0 || len(r.steady(c)) < 8 {
 		return false
 	}
-	for _, fg := range figures {
-		if _, dev, _, _ := r.stat(c, fg.f); dev > c.tolerance {
+	for i, fg := range figures {
+		_, dev, _, _ := r.stat(c, fg.f)
+		if fg.name == "goroutines" {
+			dev = r.drift(c, figures[i].f)
+		}
+		if dev > c.tolerance {
 			return false
 		}
 	}
@@ -401,11 +468,11 @@ func (r result) text(c config) string {
 	if !r.ok(c) {
 		verdict = "NOT FLAT OR FAILED"
 	}
-	fmt.Fprintf(&b, "store=%s: %s; %d samples, %d after warm-up; wrk %s req/s, non-2xx %s, socket errors %s; decisions allowed %d, limited %d, failed %d\n",
-		r.store, verdict, len(r.samples), len(r.steady(c)), r.rps, r.non2xx, r.sockErrs, r.allowed, r.limited, r.failed)
+	fmt.Fprintf(&b, "store=%s: %s; %d samples, %d after warm-up; wrk %s req/s, non-2xx %s, socket errors %s; decisions allowed %d, limited %d, failed %d; load average %s\n",
+		r.store, verdict, len(r.samples), len(r.steady(c)), r.rps, r.non2xx, r.sockErrs, r.allowed, r.limited, r.failed, r.load)
 	for _, fg := range figures {
 		med, dev, lo, hi := r.stat(c, fg.f)
-		fmt.Fprintf(&b, "  %-10s median %s, min %s, max %s, max deviation %.1f%%\n", fg.name, fg.unit(med), fg.unit(lo), fg.unit(hi), dev*100)
+		fmt.Fprintf(&b, "  %-10s median %s, min %s, max %s, max deviation %.1f%%, drift %.1f%%\n", fg.name, fg.unit(med), fg.unit(lo), fg.unit(hi), dev*100, r.drift(c, fg.f)*100)
 	}
 	for _, w := range r.why {
 		fmt.Fprintf(&b, "  failed decisions: %s\n", w)
@@ -413,6 +480,7 @@ func (r result) text(c config) string {
 	if r.extra != "" {
 		fmt.Fprintf(&b, "  %s\n", r.extra)
 	}
+	fmt.Fprintf(&b, "  decisions failed while filling the table (before the soak): %d\n", r.fillFailed)
 	return b.String()
 }
 
@@ -421,22 +489,25 @@ func markdown(c config, results []result) string {
 	fmt.Fprintf(&b, "## Soak\n\n")
 	fmt.Fprintf(&b, "`go run ./cmd/soak -duration %s -keys %d -threads %d -conns %d` (`./run.sh soak`): wrk serves each store for %s with %d rotating client addresses (X-Forwarded-For from a trusted loopback proxy, see cmd/soak), policy 2 per hour; heap, goroutines and RSS of the server process sampled every %s, the first %.0f%% left out as warm-up. Go %s, GOMAXPROCS %d, %s.\n\n",
 		c.duration, c.keys, c.threads, c.conns, c.duration, c.keys, c.every, c.warmup*100, strings.TrimPrefix(runtime.Version(), "go"), runtime.GOMAXPROCS(0), time.Now().UTC().Format("2006-01-02"))
-	fmt.Fprintf(&b, "| store | req/s | allowed | limited | failed decisions | live heap (max dev.) | goroutines (max dev.) | RSS (max dev.) | flat within %.0f%% |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n", c.tolerance*100)
+	fmt.Fprintf(&b, "| store | req/s | allowed | limited | failed decisions | live heap (max dev., drift) | goroutines (max dev., drift) | RSS (max dev., drift) | flat within %.0f%% | load average (2 cores) |\n|---|---:|---:|---:|---:|---:|---:|---:|---|---|\n", c.tolerance*100)
 	for _, r := range results {
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d |", r.store, r.rps, r.allowed, r.limited, r.failed)
 		for _, fg := range figures {
 			med, dev, _, _ := r.stat(c, fg.f)
-			fmt.Fprintf(&b, " %s (%.1f%%) |", fg.unit(med), dev*100)
+			fmt.Fprintf(&b, " %s (%.1f%%, %.1f%%) |", fg.unit(med), dev*100, r.drift(c, fg.f)*100)
 		}
 		verdict := "yes"
 		if !r.ok(c) {
 			verdict = "**no**"
 		}
-		fmt.Fprintf(&b, " %s |\n", verdict)
+		fmt.Fprintf(&b, " %s | %s |\n", verdict, r.load)
 	}
 	for _, r := range results {
 		if r.extra != "" {
 			fmt.Fprintf(&b, "\n%s.\n", r.extra)
+		}
+		if r.fillFailed > 0 {
+			fmt.Fprintf(&b, "\n%s: %d decisions failed while filling the table, before the soak.\n", r.store, r.fillFailed)
 		}
 		for _, w := range r.why {
 			fmt.Fprintf(&b, "\n%s, failed decisions: %s.\n", r.store, w)
