@@ -489,6 +489,7 @@ func markdown(c config, results []result) string {
 	fmt.Fprintf(&b, "## Soak\n\n")
 	fmt.Fprintf(&b, "`go run ./cmd/soak -duration %s -keys %d -threads %d -conns %d` (`./run.sh soak`): wrk serves each store for %s with %d rotating client addresses (X-Forwarded-For from a trusted loopback proxy, see cmd/soak), policy 2 per hour; heap, goroutines and RSS of the server process sampled every %s, the first %.0f%% left out as warm-up. Go %s, GOMAXPROCS %d, %s.\n\n",
 		c.duration, c.keys, c.threads, c.conns, c.duration, c.keys, c.every, c.warmup*100, strings.TrimPrefix(runtime.Version(), "go"), runtime.GOMAXPROCS(0), time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(&b, "Failed decisions: seen by an observer with Err or Degraded (for Redis: its timeout, 50 ms by default, then its circuit breaker). Max deviation: from the median, over every sample after the warm-up; drift: between the medians of the first and the last quarter of those. Heap and RSS are held to the deviation, goroutines to the drift (net/http runs one more goroutine per request in flight). A load average above 2 means other work shared the 2 cores.\n\n")
 	fmt.Fprintf(&b, "| store | req/s | allowed | limited | failed decisions | live heap (max dev., drift) | goroutines (max dev., drift) | RSS (max dev., drift) | flat within %.0f%% | load average (2 cores) |\n|---|---:|---:|---:|---:|---:|---:|---:|---|---|\n", c.tolerance*100)
 	for _, r := range results {
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d |", r.store, r.rps, r.allowed, r.limited, r.failed)
