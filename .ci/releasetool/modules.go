@@ -72,7 +72,8 @@ func hasLibrary(dir string) (bool, error) {
 			return err
 		}
 		if d.IsDir() {
-			if p != dir && (ignoredDir(d.Name()) || d.Name() == "internal" || exists(filepath.Join(p, "go.mod"))) {
+			_, err := os.Stat(filepath.Join(p, "go.mod"))
+			if p != dir && (ignoredDir(d.Name()) || d.Name() == "internal" || err == nil) {
 				return filepath.SkipDir
 			}
 			return nil
@@ -93,11 +94,6 @@ func hasLibrary(dir string) (bool, error) {
 		return true, nil
 	}
 	return false, err
-}
-
-func exists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
 
 // findModules returns every module under root, the root module first and the
@@ -140,27 +136,17 @@ func findModules(root string) ([]*Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(mods, func(a, b *Module) int {
-		if a.Dir == "." || b.Dir == "." {
-			return boolCmp(b.Dir == ".", a.Dir == ".")
+	key := func(m *Module) string { // "" for the root module, which comes first
+		if m.Dir == "." {
+			return ""
 		}
-		return strings.Compare(a.Dir, b.Dir)
-	})
+		return m.Dir
+	}
+	slices.SortFunc(mods, func(a, b *Module) int { return strings.Compare(key(a), key(b)) })
 	if len(mods) == 0 || mods[0].Dir != "." {
 		return nil, fmt.Errorf("%s has no go.mod: not the repository root", root)
 	}
 	return mods, nil
-}
-
-func boolCmp(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	default:
-		return -1
-	}
 }
 
 // published returns the published modules of mods, in order.
