@@ -12,8 +12,9 @@ import (
 // string is built only if str is set or the seam needs it. *d is an
 // out-parameter because a Decision (some 130 bytes) returned by value from
 // decide, charge and refuseCost measured slower: +16% on
-// BenchmarkDenied/limit=300/minute/headers=none and +22% on
-// BenchmarkAllowed10k/headers=none (benchstat, n=8, 2-core machine under load).
+// BenchmarkDeniedOptions/limit=300/minute/headers=none and +22% on
+// BenchmarkAllowed10k/lib=addrlimit-noheaders of the benchmarks module
+// (benchstat, n=8, 2-core machine under load).
 func (l *Limiter) decide(r *http.Request, str bool, d *Decision) (*policyState, bucketKey) {
 	class := l.exemption(r, d)
 	if d.Outcome == Exempt {
@@ -82,8 +83,9 @@ func (l *Limiter) policyAndKey(r *http.Request, str bool) (ps *policyState, k bu
 // requestKey is the key of r under the KeyFunc: the peer address by default,
 // formatted on the stack and hashed, and copied to a string only if str is
 // set. That saves the default path an allocation: see
-// BenchmarkAllowed/headers=draft (0 allocs/op) against
-// BenchmarkAllowed/keyfunc=RemoteAddrKey (the same key as a string: 1).
+// BenchmarkAllowed/lib=addrlimit of the benchmarks module (0 allocs/op)
+// against BenchmarkAllowedOptions/keyfunc=RemoteAddrKey (the same key as a
+// string: 1).
 func (l *Limiter) requestKey(r *http.Request, str bool) (bucketKey, error) {
 	if l.keyFunc == nil {
 		a, err := peerAddr(r)

@@ -93,7 +93,7 @@ func DecisionFromContext(ctx context.Context) (Decision, bool) {
 // endpoint, the quota in a JSON body) through DecisionFromContext. Exempt
 // requests still reach the next handler untouched. It costs each counted
 // request the context value, the request copy and the key string (4
-// allocations, see BenchmarkAllowed/decision-in-context); without it the
+// allocations, see BenchmarkAllowedOptions/decision-in-context); without it the
 // context is left alone.
 func WithDecisionInContext() Option {
 	return func(c *config) error {

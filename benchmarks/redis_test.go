@@ -2,10 +2,9 @@ package benchmarks
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -23,36 +22,14 @@ import (
 // without redis-server skips the fleet benchmarks.
 func startRedis(b *testing.B) string {
 	b.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			b.Fatal("redis-server not found; CI requires it")
-		}
-		b.Skip("redis-server not found (Debian/Ubuntu: apt-get install -y redis-server)")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	addr, stop, err := StartRedis(b.TempDir())
+	switch {
+	case errors.Is(err, ErrNoRedis) && os.Getenv("CI") != "true":
+		b.Skip(err)
+	case err != nil:
 		b.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", b.TempDir(), "--loglevel", "warning")
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; {
-		if time.Now().After(deadline) {
-			b.Fatalf("redis-server on %s did not answer", addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	b.Cleanup(stop)
 	return addr
 }
 

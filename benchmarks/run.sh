@@ -11,7 +11,11 @@
 #   ./run.sh            # measure everything (COUNT=6) and report
 #   COUNT=10 ./run.sh
 #   ./run.sh e2e        # only the end-to-end rounds, then the report
+#   ./run.sh soak       # only the soak (cmd/soak: SOAK_DURATION, default 10m, per store), then the report
 #   ./run.sh report     # rewrite BENCHMARKS.md from results/ without measuring
+#
+# The soak (20 minutes: the in-memory store, then Redis) is not part of a full
+# run; run it on its own, on a quiet machine.
 #
 # End-to-end settings: E2E_ROUNDS (5), E2E_SECONDS (3 per contender and
 # round, after a 1 s warm-up), E2E_CONNS (32 connections). It needs wrk
@@ -93,6 +97,10 @@ e2e() {
 case "${1:-}" in
 report) ;;
 e2e) e2e ;;
+soak)
+  go run ./cmd/soak -duration "${SOAK_DURATION:-10m}" -md results/soak.md -samples results/soak-samples.tsv ||
+    echo "the soak found the server not flat, or failed decisions: see results/soak.md" >&2
+  ;;
 *)
   echo "running benchmarks, -count $COUNT" >&2
   go test -run '^$' -bench . -benchmem -count "$COUNT" -timeout 90m . | tee "$raw" >&2
@@ -161,6 +169,10 @@ COUNT=$(grep -cE '^BenchmarkAllowed/lib=addrlimit-[0-9]+[[:space:]]' "$raw")
   echo
   printf '%s\n' "$flood" | awk -F'\t' '{printf "- addresses: %d, cap: %d, keys held at the end: %d, evictions: %d, peak heap growth: %s MB\n- samples: %s\n", $2, $3, $4, $5, $6, $7}'
   echo
+  if [ -f results/soak.md ]; then
+    cat results/soak.md
+    echo
+  fi
   echo "## benchstat"
   echo
   echo '```'

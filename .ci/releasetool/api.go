@@ -12,13 +12,12 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/exp/apidiff"
 	"golang.org/x/tools/go/packages"
 )
 
 // loadModule type-checks the public packages of the module in dir: every
-// package but commands (package main) and internal packages.
-func loadModule(dir, modPath string) (*apidiff.Module, error) {
+// package but commands (package main) and internal packages, sorted by path.
+func loadModule(dir, modPath string) ([]*types.Package, error) {
 	cfg := &packages.Config{
 		Dir:  dir,
 		Mode: packages.NeedName | packages.NeedTypes | packages.NeedModule,
@@ -28,7 +27,7 @@ func loadModule(dir, modPath string) (*apidiff.Module, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", dir, err)
 	}
-	m := &apidiff.Module{Path: modPath}
+	var out []*types.Package
 	var errs []error
 	for _, p := range pkgs {
 		for _, e := range p.Errors {
@@ -37,13 +36,13 @@ func loadModule(dir, modPath string) (*apidiff.Module, error) {
 		if p.Name == "main" || isInternal(p.PkgPath, modPath) || len(p.Errors) > 0 {
 			continue
 		}
-		m.Packages = append(m.Packages, p.Types)
+		out = append(out, p.Types)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	slices.SortFunc(m.Packages, func(a, b *types.Package) int { return strings.Compare(a.Path(), b.Path()) })
-	return m, nil
+	slices.SortFunc(out, func(a, b *types.Package) int { return strings.Compare(a.Path(), b.Path()) })
+	return out, nil
 }
 
 // isInternal reports whether pkgPath, a package of module modPath, is
@@ -58,14 +57,14 @@ func isInternal(pkgPath, modPath string) bool {
 	return false
 }
 
-// apiSummary lists the exported API of the packages of m, one declaration a
+// apiSummary lists the exported API of pkgs, one declaration a
 // line: per package its constants, variables, functions and types, each sorted
 // by name, with a type's exported fields, interface methods and methods
 // indented below it. Parameter names are kept (they document); other packages
 // are qualified by their name.
-func apiSummary(m *apidiff.Module) string {
+func apiSummary(pkgs []*types.Package) string {
 	var b strings.Builder
-	for i, pkg := range m.Packages {
+	for i, pkg := range pkgs {
 		if i > 0 {
 			b.WriteString("\n")
 		}

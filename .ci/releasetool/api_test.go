@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -163,87 +160,5 @@ func TestRewriteChangelog(t *testing.T) {
 	broken := strings.Replace(changelog, "<!-- end api example.com/lib -->\n\n## v0.1.0", "\n## v0.1.0", 1)
 	if _, err := rewriteChangelog(broken, mods[:1], []string{"x\n"}); err == nil || !strings.Contains(err.Error(), "unmatched") {
 		t.Errorf("unmatched markers: err = %v", err)
-	}
-}
-
-func TestMinNext(t *testing.T) {
-	for _, tc := range []struct {
-		prev string
-		k    bumpKind
-		want string // "" for an error
-	}{
-		{"v0.1.0", bumpPatch, "v0.1.1"},
-		{"v0.1.0", bumpMinor, "v0.2.0"},
-		{"v0.1.3", bumpMajor, "v0.2.0"},
-		{"v1.4.2", bumpMinor, "v1.5.0"},
-		{"v1.4.2", bumpPatch, "v1.4.3"},
-		{"v1.4.2", bumpMajor, ""},
-		{"v0.2.0-rc.1", bumpMajor, "v0.2.0"},
-	} {
-		got, err := minNext(tc.prev, tc.k)
-		if (err != nil) != (tc.want == "") || got != tc.want {
-			t.Errorf("minNext(%s, %s) = %q, %v; want %q", tc.prev, tc.k, got, err, tc.want)
-		}
-	}
-}
-
-func TestCompat(t *testing.T) {
-	root := writeTree(t, map[string]string{
-		"go.mod":         rootMod,
-		"lib.go":         "package lib\n\nfunc A() {}\n\nfunc B() {}\n",
-		"store/go.mod":   "module example.com/lib/store\n\ngo 1.26.0\n\nrequire example.com/lib v0.1.0\n\nreplace example.com/lib => ../\n",
-		"store/store.go": "package store\n\nimport \"example.com/lib\"\n\nfunc S() { lib.A() }\n",
-	})
-	git(t, root, "init", "-q")
-	git(t, root, "add", ".")
-	git(t, root, "commit", "-q", "-m", "v0.1.0")
-	git(t, root, "tag", "v0.1.0")
-	git(t, root, "tag", "store/v0.1.0")
-	git(t, root, "tag", "store/not-a-version")
-
-	run := func(next string) (string, error) {
-		var out bytes.Buffer
-		err := compat(&out, root, mustFind(t, root), next)
-		return out.String(), err
-	}
-	if out, err := run(""); err != nil || !strings.Contains(out, "lib: no API change since v0.1.0") || !strings.Contains(out, "store: no API change since store/v0.1.0") {
-		t.Fatalf("unchanged tree: err %v, output:\n%s", err, out)
-	}
-
-	// An addition to the root module: a minor release.
-	if err := os.WriteFile(filepath.Join(root, "lib.go"), []byte("package lib\n\nfunc A() {}\n\nfunc B() {}\n\nfunc C() {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := run("v0.1.1"); err == nil || !strings.Contains(err.Error(), "use v0.2.0 or higher") {
-		t.Errorf("addition released as a patch: err = %v", err)
-	}
-	if out, err := run("v0.2.0"); err != nil || !strings.Contains(out, "compatible API changes since v0.1.0\nCompatible changes:\n- C: added") {
-		t.Errorf("addition released as v0.2.0: err %v, output:\n%s", err, out)
-	}
-
-	// A removal after v1: never allowed in the same module path.
-	git(t, root, "commit", "-q", "-am", "v1.0.0")
-	git(t, root, "tag", "v1.0.0")
-	if err := os.WriteFile(filepath.Join(root, "lib.go"), []byte("package lib\n\nfunc A() {}\n\nfunc C() {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := run("")
-	if err == nil || !strings.Contains(err.Error(), "must stay compatible") || !strings.Contains(out, "B: removed") {
-		t.Errorf("removal after v1.0.0: err %v, output:\n%s", err, out)
-	}
-
-	// A module never tagged: its API is printed.
-	if err := os.Mkdir(filepath.Join(root, "newmod"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "newmod", "go.mod"), []byte("module example.com/lib/newmod\n\ngo 1.26.0\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "newmod", "n.go"), []byte("package newmod\n\nfunc N(x int) {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, _ = run("")
-	if !strings.Contains(out, "example.com/lib/newmod: no previous tag (newmod/v*)") || !strings.Contains(out, "func N(x int)") {
-		t.Errorf("untagged module: output:\n%s", out)
 	}
 }

@@ -1,12 +1,28 @@
-// Command releasetool is the release tooling of the addrlimit repository. It
-// finds the repository's modules by their go.mod files, checks and bumps the
-// requirements between them, builds a file-based module proxy from the working
-// tree, and prints and compares the exported API of the published modules.
-// The scripts beside it are its entry points:
+// Command releasetool is the part of the addrlimit release tooling that no
+// maintained tool does. The scripts beside it are its entry points:
 //
 //	bash .ci/release VERSION     bump, tidy, check and print the tags to push
 //	bash .ci/consumer-check      install every published module as a user would
-//	bash .ci/api [--changelog]   API compatibility against the previous tags
+//	bash .ci/api [--changelog]   API compatibility against the previous tags (gorelease)
+//
+// What it does, and why a maintained tool does not:
+//   - modules, check, bump, tags: find the modules by their go.mod files, decide
+//     which are published (isPublished), check and set the requirements between
+//     them. OpenTelemetry's multimod does bump and tags, but from a hand-written
+//     versions.yaml listing every module, a second list to keep in step with the
+//     go.mod files; gorelease checks one module at a time, not the version they
+//     share. This is x/mod/modfile and go/parser (package clauses only).
+//   - proxy: a file-based module proxy holding the working tree as if tagged
+//     (plus the previous tags, from git): .ci/consumer-check installs from it
+//     before any tag exists, and gorelease loads siblings and base versions from
+//     it. No tool builds one.
+//   - api: the exported API as a stable one-declaration-a-line list for the
+//     changelog. apidiff and gorelease print differences only and go doc prints
+//     documentation; the Go project's own cmd/api (which does this) is not
+//     installable.
+//
+// The version rule (which version an API change needs, compared with the
+// previous tag) is gorelease's: .ci/api runs it on every published module.
 //
 // Usage (from any directory inside the repository; -root defaults to the
 // top of the git checkout):
@@ -15,11 +31,10 @@
 //	releasetool [-root DIR] check            check the sibling requirements; print the version they declare
 //	releasetool [-root DIR] bump VERSION     set every sibling requirement to VERSION, keeping the replaces
 //	releasetool [-root DIR] tags VERSION     the tags that publish VERSION, root module first
-//	releasetool [-root DIR] proxy VERSION DIR   write a file proxy with the published modules at VERSION
+//	releasetool [-root DIR] proxy [-tags] VERSION DIR
+//	    write a file proxy with the published modules at VERSION; with -tags also their git tags (see writeProxy)
 //	releasetool [-root DIR] api [-changelog FILE] [-check]
 //	    print the API summary, or rewrite (check) its generated blocks in FILE (relative to the root)
-//	releasetool [-root DIR] compat [-next VERSION]
-//	    compare the API with the previous tags; with -next, refuse a version too low for the changes
 package main
 
 import (
@@ -110,10 +125,15 @@ func run(args []string) error {
 		}
 		return nil
 	case "proxy":
-		if err := want(2, "VERSION DIR"); err != nil {
+		pfs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+		tags := pfs.Bool("tags", false, "also the git tags of the published modules; VERSION unlisted")
+		if err := pfs.Parse(args); err != nil {
 			return err
 		}
-		return writeProxy(root, mods, args[0], args[1])
+		if args = pfs.Args(); len(args) != 2 {
+			return fmt.Errorf("usage: releasetool proxy [-tags] VERSION DIR")
+		}
+		return writeProxy(root, mods, args[0], args[1], *tags)
 	case "api":
 		afs := flag.NewFlagSet("api", flag.ContinueOnError)
 		changelog := afs.String("changelog", "", "rewrite the generated API blocks of this changelog")
@@ -139,18 +159,6 @@ func run(args []string) error {
 			fmt.Print(apiSummary(am))
 		}
 		return nil
-	case "compat":
-		cfs := flag.NewFlagSet("compat", flag.ContinueOnError)
-		next := cfs.String("next", "", "the version about to be released")
-		if err := cfs.Parse(args); err != nil {
-			return err
-		}
-		if *next != "" {
-			if err := checkReleaseVersion(*next); err != nil {
-				return err
-			}
-		}
-		return compat(os.Stdout, root, mods, *next)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path"
@@ -32,23 +34,66 @@ func (m *Module) Tag(v string) string {
 	return m.Dir + "/" + v
 }
 
-// isPublished reports whether the module in dir (slash-separated, relative to
-// the repository root) is tagged and offered to users. Not published: the
-// benchmarks and examples modules (they exist to be run from a clone, and
-// their requirements on the peers they compare with must not reach anyone's
-// build), and modules in directories the go command itself ignores (names
-// starting with "." or "_", and testdata), such as this tool.
-func isPublished(dir string) bool {
+// isPublished reports whether the module in dir (slash-separated, relative
+// to the repository root) is tagged and offered to users, decided from the
+// tree alone so that a new module needs no list to be edited. Not published:
+//   - modules under benchmarks/ and examples/: they exist to be run from a
+//     clone, and their requirements on the peers they compare with must not
+//     reach anyone's build;
+//   - modules in directories the go command itself ignores (a name starting
+//     with "." or "_", testdata), such as this tool;
+//   - modules with nothing to import (lib false): only tests, commands or
+//     internal packages, such as a module that tests the others.
+func isPublished(dir string, lib bool) bool {
 	if dir == "." {
 		return true
 	}
 	parts := strings.Split(dir, "/")
 	for _, p := range parts {
-		if strings.HasPrefix(p, ".") || strings.HasPrefix(p, "_") || p == "testdata" {
+		if ignoredDir(p) {
 			return false
 		}
 	}
-	return parts[0] != "benchmarks" && parts[0] != "examples"
+	return lib && parts[0] != "benchmarks" && parts[0] != "examples"
+}
+
+// ignoredDir reports whether the go command ignores a directory of this name.
+func ignoredDir(name string) bool {
+	return strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata"
+}
+
+// hasLibrary reports whether the module in dir has a package users can
+// import: a non-test Go file of a package other than main, outside internal
+// directories and the directories of nested modules.
+func hasLibrary(dir string) (bool, error) {
+	found := errors.New("found")
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			_, err := os.Stat(filepath.Join(p, "go.mod"))
+			if p != dir && (ignoredDir(d.Name()) || d.Name() == "internal" || err == nil) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.PackageClauseOnly)
+		if err != nil {
+			return err
+		}
+		if f.Name.Name != "main" {
+			return found
+		}
+		return nil
+	})
+	if err == found {
+		return true, nil
+	}
+	return false, err
 }
 
 // findModules returns every module under root, the root module first and the
@@ -80,34 +125,28 @@ func findModules(root string) ([]*Module, error) {
 		if f.Module == nil {
 			return fmt.Errorf("%s: no module directive", p)
 		}
+		lib, err := hasLibrary(filepath.Dir(p))
+		if err != nil {
+			return err
+		}
 		dir := filepath.ToSlash(rel)
-		mods = append(mods, &Module{Dir: dir, Path: f.Module.Mod.Path, Published: isPublished(dir), File: f})
+		mods = append(mods, &Module{Dir: dir, Path: f.Module.Mod.Path, Published: isPublished(dir, lib), File: f})
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(mods, func(a, b *Module) int {
-		if a.Dir == "." || b.Dir == "." {
-			return boolCmp(b.Dir == ".", a.Dir == ".")
+	key := func(m *Module) string { // "" for the root module, which comes first
+		if m.Dir == "." {
+			return ""
 		}
-		return strings.Compare(a.Dir, b.Dir)
-	})
+		return m.Dir
+	}
+	slices.SortFunc(mods, func(a, b *Module) int { return strings.Compare(key(a), key(b)) })
 	if len(mods) == 0 || mods[0].Dir != "." {
 		return nil, fmt.Errorf("%s has no go.mod: not the repository root", root)
 	}
 	return mods, nil
-}
-
-func boolCmp(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	default:
-		return -1
-	}
 }
 
 // published returns the published modules of mods, in order.

@@ -47,9 +47,41 @@ func TestIsPublished(t *testing.T) {
 		"_tools":           false,
 		"store/testdata/m": false,
 	} {
-		if got := isPublished(dir); got != want {
-			t.Errorf("isPublished(%q) = %v, want %v", dir, got, want)
+		if got := isPublished(dir, true); got != want {
+			t.Errorf("isPublished(%q, true) = %v, want %v", dir, got, want)
 		}
+	}
+	if isPublished("proxytest", false) {
+		t.Error("a module with nothing to import is published")
+	}
+}
+
+// A module is published only if it has a package users can import: tests,
+// commands, internal packages and the packages of nested modules do not count.
+func TestFindModulesPublishesOnlyImportableModules(t *testing.T) {
+	root := writeTree(t, map[string]string{
+		"go.mod":                   rootMod,
+		"lib.go":                   "package lib\n",
+		"store/go.mod":             "module example.com/lib/store\n",
+		"store/store.go":           "package store\n",
+		"e2e/go.mod":               "module example.com/lib/e2e\n",
+		"e2e/e2e_test.go":          "package e2e\n",
+		"e2e/internal/h/h.go":      "package h\n",
+		"e2e/cmd/run/main.go":      "package main\n",
+		"e2e/testdata/x.go":        "package x\n",
+		"e2e/nested/go.mod":        "module example.com/lib/e2e/nested\n",
+		"e2e/nested/n.go":          "package nested\n",
+		"examples/gin/go.mod":      "module example.com/lib/examples/gin\n",
+		"examples/gin/handlers.go": "package handlers\n",
+	})
+	var got []string
+	for _, m := range mustFind(t, root) {
+		if m.Published {
+			got = append(got, m.Dir)
+		}
+	}
+	if want := ". e2e/nested store"; strings.Join(got, " ") != want {
+		t.Errorf("published %q, want %q", got, want)
 	}
 }
 
@@ -139,6 +171,7 @@ func TestDeclaredVersion(t *testing.T) {
 			files: map[string]string{
 				"go.mod":       rootMod,
 				"store/go.mod": "module example.com/lib/redis\n\nrequire example.com/lib v0.1.0\n\nreplace example.com/lib => ../\n",
+				"store/s.go":   "package redis\n",
 			},
 			errPart: "must be example.com/lib/store",
 		},

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,7 +24,13 @@ import (
 // module version of their dependency graphs, copied from the module cache.
 // A proxy built this way answers a consumer's go get with GOPROXY=file://dir,off
 // exactly as the public proxy would after the tags are pushed.
-func writeProxy(root string, mods []*Module, v, dir string) error {
+//
+// With tags (for gorelease), it also holds every version the published modules
+// are tagged with in git, and lists only those: gorelease takes the listed
+// versions as the released ones (the base to compare with, and the versions
+// that already exist), while a sibling required at v still resolves. A module
+// already tagged v keeps its tag's content.
+func writeProxy(root string, mods []*Module, v, dir string, tags bool) error {
 	if err := checkReleaseVersion(v); err != nil {
 		return err
 	}
@@ -31,8 +38,17 @@ func writeProxy(root string, mods []*Module, v, dir string) error {
 	deps := map[module.Version]bool{}
 	for _, m := range published(mods) {
 		mdir := filepath.Join(root, filepath.FromSlash(m.Dir))
-		if err := addModuleZip(root, m, v, dir); err != nil {
-			return err
+		var tagged []string
+		if tags {
+			var err error
+			if tagged, err = addTags(root, m, dir); err != nil {
+				return err
+			}
+		}
+		if !slices.Contains(tagged, v) {
+			if err := addModuleZip(root, m, v, dir, !tags); err != nil {
+				return err
+			}
 		}
 		// The zips of what the module builds with, then the whole graph.
 		if _, err := goCmd(mdir, "mod", "download"); err != nil {
@@ -80,19 +96,72 @@ func graphVersions(graph []byte) []module.Version {
 	return out
 }
 
+// addTags writes every version m is tagged with in the git repository at
+// root into the proxy directory dir, listed, and returns those versions.
+func addTags(root string, m *Module, dir string) ([]string, error) {
+	prefix := strings.TrimSuffix(m.Tag("v"), "v")
+	out, err := exec.Command("git", "-C", root, "tag", "--list", prefix+"v*").Output()
+	if err != nil {
+		return nil, fmt.Errorf("git tag --list in %s: %w", root, err)
+	}
+	var versions []string
+	for _, tag := range strings.Fields(string(out)) {
+		v := strings.TrimPrefix(tag, prefix)
+		if strings.Contains(v, "/") || !semver.IsValid(v) || semver.Canonical(v) != v {
+			continue
+		}
+		subdir := ""
+		if m.Dir != "." {
+			subdir = m.Dir
+		}
+		var zip bytes.Buffer
+		if err := modzip.CreateFromVCS(&zip, module.Version{Path: m.Path, Version: v}, root, tag, subdir); err != nil {
+			return nil, fmt.Errorf("%s: %w", tag, err)
+		}
+		gomod, err := exec.Command("git", "-C", root, "show", tag+":"+path.Join(subdir, "go.mod")).Output()
+		if err != nil {
+			return nil, fmt.Errorf("git show %s: %w", tag, err)
+		}
+		if err := writeVersion(dir, m.Path, v, zip.Bytes(), gomod, true); err != nil {
+			return nil, err
+		}
+		versions = append(versions, v)
+	}
+	return versions, nil
+}
+
 // addModuleZip writes m's go.mod, zip and info at version v into the proxy
-// directory dir and adds v to the module's version list. The zip holds the
-// files git would commit (tracked or untracked, not ignored), without the
-// directories of nested modules; it is checked as the go command checks a
-// downloaded zip.
-func addModuleZip(root string, m *Module, v, dir string) error {
+// directory dir, listed if list is set. The zip holds the files git would
+// commit (tracked or untracked, not ignored), without the directories of
+// nested modules; it is checked as the go command checks a downloaded zip.
+func addModuleZip(root string, m *Module, v, dir string, list bool) error {
 	mv := module.Version{Path: m.Path, Version: v}
-	vdir, err := versionDir(dir, m.Path)
+	mdir := filepath.Join(root, filepath.FromSlash(m.Dir))
+	files, err := moduleFiles(root, m.Dir)
 	if err != nil {
 		return err
 	}
-	mdir := filepath.Join(root, filepath.FromSlash(m.Dir))
-	files, err := moduleFiles(root, m.Dir)
+	var zip bytes.Buffer
+	if files == nil {
+		err = modzip.CreateFromDir(&zip, mv, mdir) // not a git checkout
+	} else {
+		err = modzip.Create(&zip, mv, files)
+	}
+	if err != nil {
+		return err
+	}
+	gomod, err := os.ReadFile(filepath.Join(mdir, "go.mod"))
+	if err != nil {
+		return err
+	}
+	return writeVersion(dir, m.Path, v, zip.Bytes(), gomod, list)
+}
+
+// writeVersion writes the zip, go.mod and info of module p at version v into
+// the proxy directory dir, checking the zip as the go command checks a
+// downloaded one, and adds v to the module's list if list is set.
+func writeVersion(dir, p, v string, zip, gomod []byte, list bool) error {
+	vdir, err := versionDir(dir, p)
 	if err != nil {
 		return err
 	}
@@ -101,24 +170,11 @@ func addModuleZip(root string, m *Module, v, dir string) error {
 		return err
 	}
 	zipPath := filepath.Join(vdir, ev+".zip")
-	var buf bytes.Buffer
-	if files == nil {
-		err = modzip.CreateFromDir(&buf, mv, mdir) // not a git checkout
-	} else {
-		err = modzip.Create(&buf, mv, files)
-	}
-	if err != nil {
+	if err := os.WriteFile(zipPath, zip, 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(zipPath, buf.Bytes(), 0o644); err != nil {
-		return err
-	}
-	if _, err := modzip.CheckZip(mv, zipPath); err != nil {
+	if _, err := modzip.CheckZip(module.Version{Path: p, Version: v}, zipPath); err != nil {
 		return fmt.Errorf("%s: %w", zipPath, err)
-	}
-	gomod, err := os.ReadFile(filepath.Join(mdir, "go.mod"))
-	if err != nil {
-		return err
 	}
 	if err := os.WriteFile(filepath.Join(vdir, ev+".mod"), gomod, 0o644); err != nil {
 		return err
@@ -130,7 +186,7 @@ func addModuleZip(root string, m *Module, v, dir string) error {
 	if err := os.WriteFile(filepath.Join(vdir, ev+".info"), info, 0o644); err != nil {
 		return err
 	}
-	return addToList(vdir, v)
+	return addToList(vdir, v, list)
 }
 
 // versionDir creates and returns the @v directory of module path p in the
@@ -144,19 +200,24 @@ func versionDir(dir, p string) (string, error) {
 	return vdir, os.MkdirAll(vdir, 0o755)
 }
 
-// addToList adds v to the list file in vdir, keeping it sorted by semver.
-func addToList(vdir, v string) error {
+// addToList adds v to the list file in vdir (if add is set; the file is
+// created either way), keeping it sorted by semver.
+func addToList(vdir, v string, add bool) error {
 	list := filepath.Join(vdir, "list")
 	data, err := os.ReadFile(list)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	versions := strings.Fields(string(data))
-	if !slices.Contains(versions, v) {
+	if add && !slices.Contains(versions, v) {
 		versions = append(versions, v)
 	}
 	semver.Sort(versions)
-	return os.WriteFile(list, []byte(strings.Join(versions, "\n")+"\n"), 0o644)
+	text := strings.Join(versions, "\n")
+	if text != "" {
+		text += "\n"
+	}
+	return os.WriteFile(list, []byte(text), 0o644)
 }
 
 // diskFile is a file of the working tree, named by its path in the module.
@@ -238,7 +299,7 @@ func copyFromCache(cache, dir string, mv module.Version) error {
 	if module.IsPseudoVersion(mv.Version) {
 		return nil // a list names tagged versions only
 	}
-	return addToList(dst, mv.Version)
+	return addToList(dst, mv.Version, true)
 }
 
 // goCmd runs the go command in dir, outside any workspace, and returns its

@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/zip"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,7 +48,7 @@ func TestModuleZip(t *testing.T) {
 	mods := mustFind(t, root)
 	proxy := t.TempDir()
 	for _, m := range mods {
-		if err := addModuleZip(root, m, "v0.3.0", proxy); err != nil {
+		if err := addModuleZip(root, m, "v0.3.0", proxy, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,7 +83,7 @@ func TestModuleZip(t *testing.T) {
 			}
 		}
 	}
-	if err := addModuleZip(root, mods[0], "v0.2.0", proxy); err != nil {
+	if err := addModuleZip(root, mods[0], "v0.2.0", proxy, true); err != nil {
 		t.Fatal(err)
 	}
 	list, err := os.ReadFile(filepath.Join(proxy, "example.com", "lib", "@v", "list"))
@@ -134,5 +135,61 @@ func TestCopyFromCache(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(proxy, filepath.FromSlash(name))); !os.IsNotExist(err) {
 			t.Errorf("%s exists (%v), want it absent", name, err)
 		}
+	}
+}
+
+// With -tags the proxy holds what gorelease needs: the tagged versions
+// (listed, with the tag's content) as the released ones, and the working tree
+// at the release version (unlisted, so not taken for a released version).
+func TestProxyWithTags(t *testing.T) {
+	root := writeTree(t, map[string]string{
+		"go.mod":         rootMod,
+		"lib.go":         "package lib\n\nfunc A() {}\n",
+		"store/go.mod":   "module example.com/lib/store\n\ngo 1.26.0\n\nrequire example.com/lib v0.1.0\n\nreplace example.com/lib => ../\n",
+		"store/store.go": "package store\n",
+	})
+	git(t, root, "init", "-q")
+	git(t, root, "add", ".")
+	git(t, root, "commit", "-q", "-m", "v0.1.0")
+	git(t, root, "tag", "v0.1.0")
+	git(t, root, "tag", "store/not-a-version")
+	if err := os.WriteFile(filepath.Join(root, "lib.go"), []byte("package lib\n\nfunc B() {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	proxy := t.TempDir()
+	if err := writeProxy(root, mustFind(t, root), "v0.2.0", proxy, true); err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) string {
+		t.Helper()
+		data, err := os.ReadFile(filepath.Join(proxy, filepath.FromSlash(name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	if got, want := read("example.com/lib/@v/list"), "v0.1.0\n"; got != want {
+		t.Errorf("root list = %q, want %q", got, want)
+	}
+	if got := read("example.com/lib/store/@v/list"); got != "" {
+		t.Errorf("store list = %q, want empty (never tagged)", got)
+	}
+	for v, want := range map[string]string{"v0.1.0": "func A()", "v0.2.0": "func B()"} {
+		zr, err := zip.OpenReader(filepath.Join(proxy, "example.com", "lib", "@v", v+".zip"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range zr.File {
+			if strings.HasSuffix(f.Name, "/lib.go") {
+				rc, _ := f.Open()
+				var b strings.Builder
+				io.Copy(&b, rc)
+				rc.Close()
+				if !strings.Contains(b.String(), want) {
+					t.Errorf("%s lib.go = %q, want %q", v, b.String(), want)
+				}
+			}
+		}
+		zr.Close()
 	}
 }
