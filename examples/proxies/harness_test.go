@@ -56,16 +56,41 @@ func need(t *testing.T, bin, pkg string) string {
 	return p
 }
 
+// Ports for the proxies, which bind them after freeAddr has closed its
+// probe: taken in turn from a range below Linux's ephemeral ports (32768 up),
+// so that no two proxies of this process, and no outgoing connection, are
+// handed the same port between the probe and the proxy's bind (port 0 could
+// return a port just freed, even twice in a row).
+var (
+	portMu   sync.Mutex
+	nextPort = 20000 + os.Getpid()%5000
+)
+
 // freeAddr returns a loopback address ("127.0.0.1:port" or "[::1]:port")
-// that was free a moment ago.
+// that was free a moment ago and that no other freeAddr call of this
+// process returns.
 func freeAddr(t *testing.T, host string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatal(err)
+	portMu.Lock()
+	defer portMu.Unlock()
+	for range 5000 {
+		port := nextPort
+		nextPort++
+		if nextPort >= 30000 {
+			nextPort = 20000
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			continue // in use
+		}
+		addr := l.Addr().String()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return addr
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free port in 20000-29999")
+	return ""
 }
 
 // config reads configs/name and replaces the addresses it is written with.
