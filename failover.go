@@ -54,7 +54,7 @@ func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int
 		ps.count(false)
 		return answer{Result: Result{RetryAfter: time.Second}, err: err, unknown: true}
 	}
-	res = Result(ps.table.Take(k.hash, f.local.now(), int64(n))) // counted by the table
+	res = result(ps.table.Take(k.hash, f.local.now(), int64(n))) // counted by the table
 	if res.Allowed && f.debts != nil {
 		ps.debts.add(k.s, n, f.local.now(), ps.tau(), ps.Burst)
 	}
@@ -83,7 +83,7 @@ func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, 
 func (f *failover) peek(ctx context.Context, ps *policyState, k bucketKey) (Result, error) {
 	res, err := f.remote.Peek(ctx, k.s, ps.Policy)
 	if err != nil {
-		return Result(ps.table.Peek(k.hash, f.local.now())), err
+		return result(ps.table.Peek(k.hash, f.local.now())), err
 	}
 	return res, nil
 }
@@ -95,7 +95,7 @@ func (f *failover) refund(ctx context.Context, ps *policyState, k bucketKey, n i
 	switch {
 	case degraded && f.policy == FailLocal:
 		ps.debts.cancel(k.s, n)
-		return Result(ps.table.Refund(k.hash, f.local.now(), int64(n))), true, nil
+		return result(ps.table.Refund(k.hash, f.local.now(), int64(n))), true, nil
 	case degraded:
 		return Result{}, false, nil
 	}

@@ -83,16 +83,21 @@ func (m *memStore) lane(p Policy) *policyState {
 // key is s as a seam's key.
 func (m *memStore) key(s string) bucketKey { return bucketKey{hash: maphash.String(m.seed, s), s: s} }
 
+// result is what a bucket.Table call reports, as a Result.
+func result(allowed bool, remaining int, retryAfter, resetAfter time.Duration) Result {
+	return Result{Allowed: allowed, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter}
+}
+
 func (m *memStore) take(_ context.Context, ps *policyState, k bucketKey, n int) answer {
-	return answer{Result: Result(ps.table.Take(k.hash, m.now(), int64(n)))}
+	return answer{Result: result(ps.table.Take(k.hash, m.now(), int64(n)))}
 }
 
 func (m *memStore) peek(_ context.Context, ps *policyState, k bucketKey) (Result, error) {
-	return Result(ps.table.Peek(k.hash, m.now())), nil
+	return result(ps.table.Peek(k.hash, m.now())), nil
 }
 
 func (m *memStore) refund(_ context.Context, ps *policyState, k bucketKey, n int, _ bool) (Result, bool, error) {
-	return Result(ps.table.Refund(k.hash, m.now(), int64(n))), true, nil
+	return result(ps.table.Refund(k.hash, m.now(), int64(n))), true, nil
 }
 
 func (m *memStore) reset(_ context.Context, ps *policyState, k bucketKey) error {

@@ -62,6 +62,6 @@ func TestExactSampleSeesEveryKey(t *testing.T) {
 func TestKeyZero(t *testing.T) {
 	tab := NewTable(mustPolicy(t, 3, 1), 10)
 	assert.Equal(t, 3, drain(tab, 0, 0))
-	assert.False(t, tab.Take(1, 0, 1).Allowed, "keys 0 and 1 share a bucket")
+	assert.False(t, tab.take(1, 0, 1).Allowed, "keys 0 and 1 share a bucket")
 	assert.Equal(t, 1, tab.Stats().Keys)
 }

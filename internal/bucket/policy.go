@@ -44,66 +44,33 @@ func (p Policy) Burst() int { return int(p.burst) }
 // Interval is the time for one token to refill.
 func (p Policy) Interval() time.Duration { return time.Duration(p.interval) }
 
-// Result is the outcome of one Take, Refund or Peek.
-type Result struct {
-	// Allowed reports, for Take, that the n tokens were charged; for Refund
-	// and Peek, that at least one whole token is available now.
-	Allowed bool
-	// Remaining is the number of whole tokens left after the call.
-	Remaining int
-	// RetryAfter is the time until at least one whole token exists (for a
-	// denied Take of n tokens: until n tokens exist); zero while Remaining > 0.
-	RetryAfter time.Duration
-	// ResetAfter is the time until the bucket is full again.
-	ResetAfter time.Duration
-}
-
 // Take charges n tokens at now to a bucket whose state is tat (0, or any
 // value <= now, for a full bucket; up to now + 2*tau for a bucket in debt,
-// which Mirror can record) and returns the new state and the result.
-// A denied Take does not change the state. The caller guarantees
-// 1 <= n <= Burst.
-func (p Policy) Take(tat, now, n int64) (int64, Result) {
-	if tat < now {
-		tat = now
+// which Mirror can record) and returns the new state and whether the tokens
+// were charged. A denied Take returns the state unchanged. The caller
+// guarantees 1 <= n <= Burst.
+func (p Policy) Take(tat, now, n int64) (next int64, allowed bool) {
+	tat = max(tat, now)
+	if next = tat + n*p.interval; next-now > p.tau {
+		return tat, false
 	}
-	next := tat + n*p.interval
-	if next-now > p.tau {
-		return tat, Result{
-			Remaining:  int(max(now+p.tau-tat, 0) / p.interval), // a mirrored debt: below empty
-			RetryAfter: time.Duration(next - p.tau - now),
-			ResetAfter: time.Duration(tat - now),
-		}
-	}
-	res := p.Peek(next, now)
-	res.Allowed = true
-	return next, res
+	return next, true
 }
 
 // Refund gives n tokens back at now to a bucket in state tat, never above
-// full, and returns the new state and its Peek result. The caller guarantees
-// 1 <= n <= Burst.
-func (p Policy) Refund(tat, now, n int64) (int64, Result) {
-	tat = max(tat-n*p.interval, now)
-	return tat, p.Peek(tat, now)
+// full, and returns the new state. The caller guarantees 1 <= n <= Burst.
+func (p Policy) Refund(tat, now, n int64) int64 {
+	return max(tat-n*p.interval, now)
 }
 
-// Peek reports a bucket in state tat at now without changing it. Allowed
-// means at least one whole token is available.
-func (p Policy) Peek(tat, now int64) Result {
-	if tat < now {
-		tat = now
-	}
-	res := Result{
-		Remaining:  int(max(now+p.tau-tat, 0) / p.interval),
-		ResetAfter: time.Duration(tat - now),
-	}
-	if res.Remaining > 0 {
-		res.Allowed = true
-	} else {
-		res.RetryAfter = time.Duration(tat + p.interval - p.tau - now)
-	}
-	return res
+// Read reports a bucket in state tat at now: the whole tokens it holds
+// (none while in debt), the time until it holds need tokens (zero if it
+// does; need >= 1), and the time until it is full.
+func (p Policy) Read(tat, now, need int64) (remaining int, wait, full time.Duration) {
+	tat = max(tat, now)
+	remaining = int(max(now+p.tau-tat, 0) / p.interval)
+	wait = time.Duration(max(tat+need*p.interval-p.tau-now, 0))
+	return remaining, wait, time.Duration(tat - now)
 }
 
 // Full reports whether a bucket in state tat is full at now: such a bucket is

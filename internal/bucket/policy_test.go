@@ -73,13 +73,13 @@ func (r *reference) step(d time.Duration, o op) bool {
 	r.now += int64(d)
 	at := r.base.Add(time.Duration(r.now))
 	before := r.lim.TokensAt(at)
-	var res Result
+	var res result
 	after := before
 	switch o.kind {
 	case opTake:
 		allowed := r.lim.AllowN(at, o.n)
 		after = r.lim.TokensAt(at)
-		r.tat, res = r.p.Take(r.tat, r.now, int64(o.n))
+		r.tat, res = r.p.take(r.tat, r.now, int64(o.n))
 		if res.Allowed != allowed {
 			if r.nearInteger(before - float64(o.n)) {
 				return false
@@ -98,9 +98,9 @@ func (r *reference) step(d time.Duration, o op) bool {
 	case opRefund:
 		after = min(before+float64(o.n), float64(r.p.Burst())) // never above full
 		r.lim = r.limiterAt(at, after)
-		r.tat, res = r.p.Refund(r.tat, r.now, int64(o.n))
+		r.tat, res = r.p.refund(r.tat, r.now, int64(o.n))
 	case opPeek:
-		res = r.p.Peek(r.tat, r.now)
+		res = r.p.peek(r.tat, r.now)
 	}
 	if o.kind != opTake && res.Allowed != (after >= 1) && !r.nearInteger(after) {
 		r.t.Fatalf("at %v: allowed=%v with %.9f tokens", time.Duration(r.now), res.Allowed, after)
@@ -116,14 +116,14 @@ func (r *reference) step(d time.Duration, o op) bool {
 	return true
 }
 
-func (r *reference) checkRemaining(res Result, tokens float64) {
+func (r *reference) checkRemaining(res result, tokens float64) {
 	r.t.Helper()
 	if want := int(math.Floor(tokens)); res.Remaining != want && !r.nearInteger(tokens) {
 		r.t.Fatalf("at %v: remaining %d, x/time/rate %d (%.9f tokens)", time.Duration(r.now), res.Remaining, want, tokens)
 	}
 }
 
-func (r *reference) checkResetAfter(res Result, tokens float64) {
+func (r *reference) checkResetAfter(res result, tokens float64) {
 	r.t.Helper()
 	want := time.Duration((float64(r.p.Burst()) - tokens) / float64(r.lim.Limit()) * float64(time.Second))
 	r.checkDuration("reset after", res.ResetAfter, want)
@@ -191,7 +191,7 @@ func TestPolicyIncidentShape(t *testing.T) {
 		}
 	}
 	p := r.p
-	if _, res := p.Take(r.tat, r.now, 1); res.Allowed || res.RetryAfter != 200*time.Millisecond || res.ResetAfter != time.Minute {
+	if _, res := p.take(r.tat, r.now, 1); res.Allowed || res.RetryAfter != 200*time.Millisecond || res.ResetAfter != time.Minute {
 		t.Fatalf("301st request: %+v", res)
 	}
 }

@@ -175,17 +175,17 @@ func (m *tableModel) do(kind int, h uint64, now, n int64, after time.Duration) {
 	m.t.Helper()
 	switch kind {
 	case opTake:
-		if m.tab.Take(h, now, n).Allowed {
-			var res Result
-			if m.truth[h], res = m.p.Take(m.truth[h], now, n); !res.Allowed {
+		if m.tab.take(h, now, n).Allowed {
+			var res result
+			if m.truth[h], res = m.p.take(m.truth[h], now, n); !res.Allowed {
 				m.t.Fatalf("at %d: key %x allowed %d tokens it does not have", now, h, n)
 			}
 		}
 	case opRefund:
-		m.tab.Refund(h, now, n)
-		m.truth[h], _ = m.p.Refund(m.truth[h], now, n)
+		m.tab.refund(h, now, n)
+		m.truth[h], _ = m.p.refund(m.truth[h], now, n)
 	case opPeek:
-		m.tab.Peek(h, now)
+		m.tab.peek(h, now)
 	case opReset:
 		m.tab.Reset(h, now)
 		delete(m.truth, h)
@@ -199,11 +199,11 @@ func (m *tableModel) do(kind int, h uint64, now, n int64, after time.Duration) {
 			reported = max(reported, old)
 		}
 		m.truth[h] = reported
-		if got := m.tab.Peek(h, now); got.ResetAfter < m.p.Peek(reported, now).ResetAfter {
+		if got := m.tab.peek(h, now); got.ResetAfter < m.p.peek(reported, now).ResetAfter {
 			m.t.Fatalf("at %d: key %x fuller than the store reported: %+v", now, h, got)
 		}
 	}
-	got, want := m.tab.Peek(h, now), m.p.Peek(m.truth[h], now)
+	got, want := m.tab.peek(h, now), m.p.peek(m.truth[h], now)
 	if got.Remaining > want.Remaining || got.ResetAfter < want.ResetAfter {
 		m.t.Fatalf("at %d: key %x fuller than its true state: table %+v, truth %+v", now, h, got, want)
 	}

@@ -117,8 +117,11 @@ func (s *shard) state(t *Table, h uint64, now int64) (tat int64, ok bool) {
 }
 
 // Take charges n tokens at now to the bucket of hash h (1 <= n <= Burst,
-// checked by the caller). A denied Take changes nothing.
-func (t *Table) Take(h uint64, now, n int64) Result {
+// checked by the caller). A denied Take changes nothing. It reports whether
+// the tokens were charged and the bucket's state after the call (see
+// Policy.Read): remaining whole tokens, the wait until one whole token
+// exists (for a denied Take: until n tokens exist), and the time until full.
+func (t *Table) Take(h uint64, now, n int64) (allowed bool, remaining int, wait, full time.Duration) {
 	s, h, now := t.lock(h, now)
 	i, ok := s.ex.find(h)
 	var tat int64
@@ -127,38 +130,49 @@ func (t *Table) Take(h uint64, now, n int64) Result {
 	} else {
 		tat = s.estimate(t, h, now)
 	}
-	next, res := t.policy.Take(tat, now, n)
-	if res.Allowed {
+	next, allowed := t.policy.Take(tat, now, n)
+	need := n
+	if allowed {
 		s.allowed++
 		if ok {
 			s.ex.slots[i].tat = next
 		} else {
 			s.put(t, h, next, now, false)
 		}
+		need = 1
 	} else {
 		s.limited++
 	}
 	s.mu.Unlock()
-	return res
+	remaining, wait, full = t.policy.Read(next, now, need)
+	return allowed, remaining, wait, full
 }
 
 // Refund gives n tokens back at now to the bucket of hash h, never above
-// full (1 <= n <= Burst, checked by the caller).
-func (t *Table) Refund(h uint64, now, n int64) Result {
+// full (1 <= n <= Burst, checked by the caller), and reports the bucket as
+// Peek does.
+func (t *Table) Refund(h uint64, now, n int64) (allowed bool, remaining int, wait, full time.Duration) {
 	s, h, now := t.lock(h, now)
-	defer s.mu.Unlock()
 	tat, ok := s.state(t, h, now)
-	tat, res := t.policy.Refund(tat, now, n)
+	tat = t.policy.Refund(tat, now, n)
 	s.set(t, h, tat, now, ok)
-	return res
+	s.mu.Unlock()
+	return t.read(tat, now)
 }
 
-// Peek reports the bucket of hash h at now without changing it.
-func (t *Table) Peek(h uint64, now int64) Result {
+// Peek reports the bucket of hash h at now without changing it: allowed
+// means it holds at least one whole token; the rest is Policy.Read's.
+func (t *Table) Peek(h uint64, now int64) (allowed bool, remaining int, wait, full time.Duration) {
 	s, h, now := t.lock(h, now)
-	defer s.mu.Unlock()
 	tat, _ := s.state(t, h, now)
-	return t.policy.Peek(tat, now)
+	s.mu.Unlock()
+	return t.read(tat, now)
+}
+
+// read is Peek's report of state tat at now.
+func (t *Table) read(tat, now int64) (allowed bool, remaining int, wait, full time.Duration) {
+	remaining, wait, full = t.policy.Read(tat, now, 1)
+	return remaining > 0, remaining, wait, full
 }
 
 // Reset makes the bucket of hash h full at now, even if the approximate

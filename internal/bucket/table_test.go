@@ -32,7 +32,7 @@ func (s *shard) has(h uint64) bool {
 // drain takes every token of h at now and reports how many it got.
 func drain(tab *Table, h uint64, now int64) int {
 	n := 0
-	for tab.Take(h, now, 1).Allowed {
+	for tab.take(h, now, 1).Allowed {
 		n++
 	}
 	return n
@@ -51,23 +51,23 @@ func TestTableBelowCapMatchesPolicy(t *testing.T) {
 		now += rng.Int64N(int64(5 * time.Millisecond))
 		h := ks[rng.IntN(len(ks))]
 		n := int64(1 + rng.IntN(p.Burst()))
-		var got, want Result
+		var got, want result
 		switch rng.IntN(10) {
 		case 0:
-			got = tab.Refund(h, now, n)
-			model[h], want = p.Refund(model[h], now, n)
+			got = tab.refund(h, now, n)
+			model[h], want = p.refund(model[h], now, n)
 		case 1:
-			got, want = tab.Peek(h, now), p.Peek(model[h], now)
+			got, want = tab.peek(h, now), p.peek(model[h], now)
 		case 2:
 			tab.Reset(h, now)
 			delete(model, h)
 			continue
 		case 3:
-			got = tab.Take(h, now, n)
-			model[h], want = p.Take(model[h], now, n)
+			got = tab.take(h, now, n)
+			model[h], want = p.take(model[h], now, n)
 		default:
-			got = tab.Take(h, now, 1)
-			model[h], want = p.Take(model[h], now, 1)
+			got = tab.take(h, now, 1)
+			model[h], want = p.take(model[h], now, 1)
 		}
 		require.Equal(t, want, got, "call %d", i)
 	}
@@ -88,7 +88,7 @@ func TestSweepKeepsTableNearLiveSet(t *testing.T) {
 	const perSecond = 20_000
 	for sec := range int64(30) {
 		for _, h := range keys(rng, perSecond) {
-			tab.Take(h, sec*int64(time.Second), 1)
+			tab.take(h, sec*int64(time.Second), 1)
 		}
 	}
 	// Live: the last second's keys; those of the second before have
@@ -102,10 +102,10 @@ func TestSweepKeepsTableNearLiveSet(t *testing.T) {
 func TestEvictionPicksTheFullestBucket(t *testing.T) {
 	p := mustPolicy(t, 10, time.Second)
 	tab := NewTable(p, 3)
-	tab.Take(1, 0, 1)
-	tab.Take(2, 0, 5)
-	tab.Take(3, 0, 3)
-	tab.Take(4, 0, 1) // evicts key 1, which has 9 tokens left
+	tab.take(1, 0, 1)
+	tab.take(2, 0, 5)
+	tab.take(3, 0, 3)
+	tab.take(4, 0, 1) // evicts key 1, which has 9 tokens left
 	s := &tab.shards[0]
 	assert.False(t, s.has(1), "key 1 (fullest) survived")
 	for _, h := range []uint64{2, 3, 4} {
@@ -114,18 +114,18 @@ func TestEvictionPicksTheFullestBucket(t *testing.T) {
 	assert.Equal(t, uint64(1), tab.Stats().Evictions)
 	// Key 1 comes back from the approximate memory with no more than its
 	// 9 tokens.
-	assert.LessOrEqual(t, tab.Peek(1, 0).Remaining, 9)
+	assert.LessOrEqual(t, tab.peek(1, 0).Remaining, 9)
 }
 
 func TestFullBucketsAreDroppedForFree(t *testing.T) {
 	p := mustPolicy(t, 4, time.Second)
 	tab := NewTable(p, 8)
 	for h := uint64(1); h <= 8; h++ {
-		tab.Take(h, 0, 1)
+		tab.take(h, 0, 1)
 	}
 	now := int64(time.Second) // all refilled
 	for h := uint64(100); h < 108; h++ {
-		tab.Take(h, now, 1)
+		tab.take(h, now, 1)
 	}
 	st := tab.Stats()
 	assert.Equal(t, 8, st.Keys)
@@ -146,10 +146,10 @@ func TestEvictedAbuserStaysLimited(t *testing.T) {
 		require.Equal(t, 4, drain(tab, h, 0))
 	}
 	for i, h := range keys(rng, 10_000) {
-		tab.Take(h, int64(i), 1)
+		tab.take(h, int64(i), 1)
 	}
 	for _, h := range abusers {
-		assert.False(t, tab.Take(h, 20_000, 1).Allowed, "abuser %x got a fresh bucket", h)
+		assert.False(t, tab.take(h, 20_000, 1).Allowed, "abuser %x got a fresh bucket", h)
 	}
 	st := tab.Stats()
 	assert.Equal(t, 8, st.Keys)
@@ -169,10 +169,10 @@ func TestRotationGainsNothing(t *testing.T) {
 	for now < int64(2*time.Second) {
 		for _, h := range ks {
 			for {
-				if tab.Peek(h, now).Remaining <= 1 {
+				if tab.peek(h, now).Remaining <= 1 {
 					break
 				}
-				if !tab.Take(h, now, 1).Allowed {
+				if !tab.take(h, now, 1).Allowed {
 					break
 				}
 				allowed++
@@ -198,7 +198,7 @@ func TestNewcomersServedAfterFlood(t *testing.T) {
 	served := 0
 	for _, h := range keys(rng, 1000) {
 		drain(tab, rng.Uint64(), 0) // a fresh attacker key before each newcomer
-		if tab.Take(h, 0, 1).Allowed {
+		if tab.take(h, 0, 1).Allowed {
 			served++
 		}
 	}
@@ -219,12 +219,12 @@ func floodThenServe(p Policy, maxKeys, flood int, drained bool, seed uint64) flo
 		if h := rng.Uint64(); drained {
 			drain(tab, h, 0)
 		} else {
-			tab.Take(h, 0, 1)
+			tab.take(h, 0, 1)
 		}
 	}
 	served := 0
 	for range 1000 {
-		if tab.Take(rng.Uint64(), 0, 1).Allowed {
+		if tab.take(rng.Uint64(), 0, 1).Allowed {
 			served++
 		}
 	}
@@ -259,7 +259,7 @@ func evictIntoSketch(t *testing.T, tab *Table, rng *rand.Rand, h uint64, now int
 		require.Less(t, i, 100_000, "key never evicted")
 		drain(tab, rng.Uint64(), now)
 	}
-	require.False(t, tab.Peek(h, now).Allowed, "evicted key not limited by the sketch")
+	require.False(t, tab.peek(h, now).Allowed, "evicted key not limited by the sketch")
 }
 
 func TestResetUnblocksAKeyInTheSketch(t *testing.T) {
@@ -270,7 +270,7 @@ func TestResetUnblocksAKeyInTheSketch(t *testing.T) {
 	evictIntoSketch(t, tab, rng, h, 0)
 
 	tab.Reset(h, 0)
-	assert.Equal(t, p.Burst(), tab.Peek(h, 0).Remaining)
+	assert.Equal(t, p.Burst(), tab.peek(h, 0).Remaining)
 	// The flood goes on: the bucket kept for h is neither swept nor evicted
 	// while the sketch would limit h, though as h spends it is fuller than
 	// every drained key (issue 18, item 9: the fullest-first rule used to
@@ -280,7 +280,7 @@ func TestResetUnblocksAKeyInTheSketch(t *testing.T) {
 		for range 1000 {
 			drain(tab, rng.Uint64(), i*ms)
 		}
-		require.True(t, tab.Take(h, i*ms, 1).Allowed, "request %d after the Reset denied", i)
+		require.True(t, tab.take(h, i*ms, 1).Allowed, "request %d after the Reset denied", i)
 		require.True(t, tab.shard(h).has(h), "evicted after request %d", i)
 	}
 
@@ -312,10 +312,10 @@ func TestEvictionWhenEveryBucketIsHeld(t *testing.T) {
 		require.True(t, s.has(h))
 	}
 	newcomer := rng.Uint64()
-	for tab.Peek(newcomer, 0).Remaining < p.Burst() {
+	for tab.peek(newcomer, 0).Remaining < p.Burst() {
 		newcomer = rng.Uint64() // one whose cells are not all taken
 	}
-	require.True(t, tab.Take(newcomer, 0, 1).Allowed)
+	require.True(t, tab.take(newcomer, 0, 1).Allowed)
 	assert.True(t, s.has(newcomer))
 	assert.Equal(t, 64, s.ex.n)
 }
@@ -334,13 +334,13 @@ func TestSweepKeepsResetBucket(t *testing.T) {
 	s.ex = exact{}
 	tab.Reset(h, 0)
 	for range 100 {
-		tab.Take(rng.Uint64(), 0, 1)
+		tab.take(rng.Uint64(), 0, 1)
 	}
 	now := 2 * int64(time.Second)
-	require.True(t, tab.Peek(h, now).Allowed)
+	require.True(t, tab.peek(h, now).Allowed)
 	// New keys below the cap sweep the refilled ones, never h's.
 	for range 60 {
-		tab.Take(rng.Uint64(), now, 1)
+		tab.take(rng.Uint64(), now, 1)
 		require.Less(t, s.ex.n, int(s.max), "reached the cap: the sweep did not run")
 		require.True(t, s.has(h))
 	}
@@ -354,9 +354,9 @@ func TestRefund(t *testing.T) {
 	tab := NewTable(p, 64)
 
 	h := rng.Uint64()
-	tab.Take(h, 0, 3)
-	assert.Equal(t, 4, tab.Refund(h, 0, 2).Remaining)
-	assert.Equal(t, 5, tab.Refund(h, 0, 5).Remaining, "refund above full")
+	tab.take(h, 0, 3)
+	assert.Equal(t, 4, tab.refund(h, 0, 2).Remaining)
+	assert.Equal(t, 5, tab.refund(h, 0, 5).Remaining, "refund above full")
 	kept := tab.shard(h).has(h)
 	assert.False(t, kept, "a refunded full bucket was kept")
 
@@ -365,10 +365,10 @@ func TestRefund(t *testing.T) {
 	g := rng.Uint64()
 	evictIntoSketch(t, tab, rng, g, 0)
 	ms := int64(time.Millisecond)
-	assert.Equal(t, 2, tab.Refund(g, ms, 2).Remaining)
+	assert.Equal(t, 2, tab.refund(g, ms, 2).Remaining)
 	assert.Equal(t, 2, drain(tab, g, ms))
 	// Refunding an unknown key changes nothing.
-	assert.Equal(t, Result{Allowed: true, Remaining: 5}, tab.Refund(rng.Uint64(), 0, 1))
+	assert.Equal(t, result{Allowed: true, Remaining: 5}, tab.refund(rng.Uint64(), 0, 1))
 }
 
 func TestMirror(t *testing.T) {
@@ -378,19 +378,19 @@ func TestMirror(t *testing.T) {
 	h := rng.Uint64()
 
 	tab.Mirror(h, 0, 3*time.Second)
-	assert.Equal(t, Result{Allowed: true, Remaining: 2, ResetAfter: 3 * time.Second}, tab.Peek(h, 0))
+	assert.Equal(t, result{Allowed: true, Remaining: 2, ResetAfter: 3 * time.Second}, tab.peek(h, 0))
 	tab.Mirror(h, 0, time.Second) // an older, fuller answer arriving late
-	assert.Equal(t, 3*time.Second, tab.Peek(h, 0).ResetAfter, "an out-of-order answer made the copy fuller")
+	assert.Equal(t, 3*time.Second, tab.peek(h, 0).ResetAfter, "an out-of-order answer made the copy fuller")
 	tab.Mirror(h, 0, time.Hour) // clamped to one burst in debt
-	assert.Equal(t, Result{RetryAfter: 6 * time.Second, ResetAfter: 10 * time.Second}, tab.Peek(h, 0))
-	_, res := p.Take(int64(10*time.Second), 0, 1)
-	assert.Equal(t, Result{RetryAfter: 6 * time.Second, ResetAfter: 10 * time.Second}, res, "a denied Take in debt")
-	assert.Equal(t, Result{RetryAfter: 6 * time.Second, ResetAfter: 10 * time.Second}, tab.Take(h, 0, 1))
-	assert.Equal(t, Result{Allowed: true, Remaining: 1, ResetAfter: 4 * time.Second}, tab.Peek(h, int64(6*time.Second)), "the debt is repaid by time")
+	assert.Equal(t, result{RetryAfter: 6 * time.Second, ResetAfter: 10 * time.Second}, tab.peek(h, 0))
+	_, res := p.take(int64(10*time.Second), 0, 1)
+	assert.Equal(t, result{RetryAfter: 6 * time.Second, ResetAfter: 10 * time.Second}, res, "a denied Take in debt")
+	assert.Equal(t, result{RetryAfter: 6 * time.Second, ResetAfter: 10 * time.Second}, tab.take(h, 0, 1))
+	assert.Equal(t, result{Allowed: true, Remaining: 1, ResetAfter: 4 * time.Second}, tab.peek(h, int64(6*time.Second)), "the debt is repaid by time")
 	tab.Reset(h, 0)
 	f := rng.Uint64()
 	tab.Mirror(f, 0, -time.Second) // full
-	assert.Equal(t, 5, tab.Peek(f, 0).Remaining)
+	assert.Equal(t, 5, tab.peek(f, 0).Remaining)
 	assert.Zero(t, tab.Stats().Keys, "a full mirrored bucket was kept")
 
 	// The remote store's word wins over the sketch's estimate; once held
@@ -398,9 +398,9 @@ func TestMirror(t *testing.T) {
 	g := rng.Uint64()
 	evictIntoSketch(t, tab, rng, g, 0)
 	tab.Mirror(g, 0, time.Second)
-	assert.Equal(t, 4, tab.Peek(g, 0).Remaining)
+	assert.Equal(t, 4, tab.peek(g, 0).Remaining)
 	tab.Mirror(g, 0, 0)
-	assert.Equal(t, 4, tab.Peek(g, 0).Remaining)
+	assert.Equal(t, 4, tab.peek(g, 0).Remaining)
 }
 
 func TestStats(t *testing.T) {
@@ -410,10 +410,10 @@ func TestStats(t *testing.T) {
 	assert.Equal(t, TableStats{}, tab.Stats())
 	allowed := 0
 	for _, h := range keys(rng, 3000) {
-		if tab.Take(h, 0, 1).Allowed {
+		if tab.take(h, 0, 1).Allowed {
 			allowed++
 		}
-		require.False(t, tab.Take(h, 0, 2).Allowed)
+		require.False(t, tab.take(h, 0, 2).Allowed)
 	}
 	// A few newcomers collide with evicted keys in all three rows and start
 	// with fewer than 2 tokens.
@@ -431,12 +431,12 @@ func TestStats(t *testing.T) {
 	// sketches are released as new keys arrive (these replace full buckets,
 	// so they need no sketch).
 	tau := int64(2 * time.Second)
-	tab.Peek(rng.Uint64(), tau)
+	tab.peek(rng.Uint64(), tau)
 	st = tab.Stats()
 	assert.Zero(t, st.ApproxKeys)
 	assert.Zero(t, st.ApproxFill)
 	for _, h := range keys(rng, 200) {
-		tab.Take(h, 17*tau, 1)
+		tab.take(h, 17*tau, 1)
 	}
 	for i := range tab.shards {
 		assert.True(t, tab.shards[i].sk == nil, "shard %d kept an idle sketch", i)
@@ -468,15 +468,15 @@ func TestTableConcurrent(t *testing.T) {
 				h, now := rng.Uint64N(2000), int64(i)*1000
 				switch rng.IntN(6) {
 				case 0:
-					tab.Refund(h, now, 1)
+					tab.refund(h, now, 1)
 				case 1:
 					tab.Reset(h, now)
 				case 2:
 					tab.Mirror(h, now, time.Millisecond)
 				case 3:
-					tab.Peek(h, now)
+					tab.peek(h, now)
 				default:
-					tab.Take(h, now, 1)
+					tab.take(h, now, 1)
 				}
 			}
 		})
