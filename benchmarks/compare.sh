@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Compares this checkout with an earlier revision BASE on one harness: the
+# root package's bench_test.go as it was at BASE (the file the guard rails of
+# a change are stated against) is compiled into both trees, the two test
+# binaries run interleaved COUNT times (default 8), and benchstat prints the
+# comparison. Then, unless ONLY_ROOT=1, redisstore's BenchmarkTake
+# (decisions/s against a loopback redis-server, one per binary) and the
+# end-to-end rounds of cmd/e2e (wrk, as run.sh does) for the addrlimit
+# contenders, each built from both trees, interleaved the same way.
+#
+#   ./compare.sh e0355c9                # everything, COUNT=8
+#   COUNT=10 ONLY_ROOT=1 ./compare.sh v0.1.0
+#
+# Raw figures go to results/compare-*.txt. Run it on a quiet machine; it
+# needs redis-server and wrk on PATH for the second part, and about 25 min.
+set -euo pipefail
+cd "$(dirname "$0")"
+base=${1:?usage: compare.sh BASE}
+COUNT=${COUNT:-8}
+E2E_SECONDS=${E2E_SECONDS:-3}
+E2E_CONNS=${E2E_CONNS:-32}
+BENCH=${BENCH:-'^Benchmark(Allowed|AllowedDraining|Allowed10k|Denied|Exempt)$'}
+BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+repo=$(git rev-parse --show-toplevel)
+tmp=$(mktemp -d)
+server=
+cleanup() {
+  if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; fi
+  git -C "$repo" worktree remove --force "$tmp/base" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+git -C "$repo" worktree add --detach -q "$tmp/base" "$base"
+mkdir -p results "$tmp/new"
+# The new tree: this checkout as it is, with BASE's root benchmarks.
+(cd "$repo" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$tmp/new")
+git -C "$repo" show "$base:bench_test.go" > "$tmp/new/bench_test.go"
+for tree in base new; do
+  (cd "$tmp/$tree" && GOWORK=off go test -c -o "$tmp/root-$tree.test" .)
+done
+
+# interleave OUT CMD...: runs CMD for base and new (BIN replaced by each
+# binary's prefix) COUNT times, alternating, into results/compare-OUT-*.txt.
+interleave() {
+  local out=$1
+  shift
+  : > "results/compare-$out-base.txt"
+  : > "results/compare-$out-new.txt"
+  for i in $(seq 1 "$COUNT"); do
+    for tree in base new; do
+      "$@" "$tree" >> "results/compare-$out-$tree.txt"
+    done
+  done
+  go run "$BENCHSTAT" "base=results/compare-$out-base.txt" "new=results/compare-$out-new.txt" | tee "results/compare-$out.txt"
+}
+
+root_bench() { "$tmp/root-$1.test" -test.run '^$' -test.bench "$BENCH" -test.benchmem -test.count 1; }
+interleave root root_bench
+[ "${ONLY_ROOT:-0}" = 1 ] && exit 0
+
+for tree in base new; do
+  (cd "$tmp/$tree/redisstore" && GOWORK=off go test -c -o "$tmp/redis-$tree.test" .)
+  (cd "$tmp/$tree/benchmarks" && GOWORK=off go build -o "$tmp/e2e-$tree" ./cmd/e2e)
+done
+redis_bench() { (cd "$tmp/$1/redisstore" && "$tmp/redis-$1.test" -test.run '^$' -test.bench '^BenchmarkTake$' -test.benchmem -test.count 1); }
+interleave redis redis_bench
+
+pin_server=() pin_wrk=()
+if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
+  pin_server=(taskset -c 0) pin_wrk=(taskset -c 1)
+fi
+# e2e_bench TREE: one round of every addrlimit contender, as benchmark lines
+# (requests/s as ns per request) so that benchstat compares them.
+e2e_bench() {
+  for lib in addrlimit addrlimit-noheaders; do
+    rm -f "$tmp/url"
+    "${pin_server[@]}" "$tmp/e2e-$1" -lib "$lib" -addr 127.0.0.1:0 > "$tmp/url" &
+    server=$!
+    local url=
+    for _ in $(seq 100); do
+      url=$(head -n 1 "$tmp/url" 2>/dev/null || true)
+      [ -n "$url" ] && break
+      sleep 0.05
+    done
+    [ -n "$url" ] || { echo "cmd/e2e -lib $lib did not start" >&2; exit 1; }
+    "${pin_wrk[@]}" wrk -t1 -c"$E2E_CONNS" -d1s "$url" > /dev/null
+    local rps
+    rps=$("${pin_wrk[@]}" wrk -t1 -c"$E2E_CONNS" -d"${E2E_SECONDS}s" "$url" | awk '/^Requests\/sec:/ {print $2}')
+    kill "$server"
+    wait "$server" 2>/dev/null || true
+    server=
+    awk -v lib="$lib" -v rps="$rps" 'BEGIN { printf "BenchmarkE2E/lib=%s 1 %.1f ns/op %.0f req/s\n", lib, 1e9 / rps, rps }'
+  done
+}
+interleave e2e e2e_bench
