@@ -137,7 +137,8 @@ func honest(addrs, burst int, interval, elapsed time.Duration) float64 {
 }
 
 // BenchmarkFloodRotation: 2,000 addresses through WithMaxKeys(1000), 10 per
-// interval (target <= 1.1x the honest budget, issue 18):
+// interval (target: cmd/report's rotationTarget times the honest budget, the
+// bound of the root module's rotation tests, issue 18):
 //   - keep-one-token: each address spends all but one token and moves on,
 //     for 2s at 10/min (was 56x with the overflow table);
 //   - drain-wait-rotate: drain all, wait one refill interval, 10 times, at

@@ -75,7 +75,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -101,8 +100,7 @@ const PushbackTrailer = "grpc-retry-pushback-ms"
 // with New; it is immutable and safe for concurrent use.
 type Interceptor struct {
 	config
-	lim       *addrlimit.Limiter
-	policyHdr map[string]string // RateLimit-Policy value by policy name
+	lim *addrlimit.Limiter
 }
 
 // config is what the options set.
@@ -205,11 +203,16 @@ func WithTrustedProxies(t *addrlimit.TrustedProxies) Option {
 	}
 }
 
-// WithQuotaMetadata sends the quota of every counted call as the RateLimit
-// and RateLimit-Policy fields of addrlimit's HTTP responses, in metadata
-// keys "ratelimit" and "ratelimit-policy" (for example `"default";r=299;t=0`
-// and `"default";q=300;w=60`): in the response header of an allowed call, in
-// the trailer of a refused one. It costs a few allocations per call.
+// WithQuotaMetadata sends the quota of every counted call as the quota
+// fields the Limiter's HTTP responses carry, rendered by the same code, with
+// lower-case names as metadata keys: by default "ratelimit" and
+// "ratelimit-policy" (for example `"default";r=299;t=0` and
+// `"default";q=300;w=60`), the x-ratelimit-* keys with
+// addrlimit.HeaderXRateLimit, none with addrlimit.HeaderNone. They go in the
+// response header of an allowed call and the trailer of a refused one. As
+// on HTTP they describe the bucket: a refused call's ratelimit t is the
+// bucket's wait for one token, while its pushback and RetryInfo are the
+// call's own wait for its cost. It costs a few allocations per call.
 func WithQuotaMetadata() Option {
 	return func(i *config) error {
 		i.quota = true
@@ -232,7 +235,7 @@ func New(lim *addrlimit.Limiter, opts ...Option) (*Interceptor, error) {
 	if lim == nil {
 		return nil, errors.New("grpclimit: New given a nil Limiter")
 	}
-	i := &Interceptor{config: config{rules: map[string]rule{}}, lim: lim, policyHdr: map[string]string{}}
+	i := &Interceptor{config: config{rules: map[string]rule{}}, lim: lim}
 	for n, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("grpclimit: option %d is nil", n+1)
@@ -248,8 +251,6 @@ func New(lim *addrlimit.Limiter, opts ...Option) (*Interceptor, error) {
 		if n == 0 {
 			bursts[""] = p.Burst
 		}
-		w := int64(math.Ceil((time.Duration(p.Burst) * p.Interval).Seconds()))
-		i.policyHdr[p.Name] = fmt.Sprintf("%q;q=%d;w=%d", p.Name, p.Burst, max(w, 1))
 	}
 	if len(i.rules) == 0 {
 		i.rules = nil
@@ -496,24 +497,63 @@ func (i *Interceptor) refusal(d *addrlimit.Decision) (metadata.MD, error) {
 	return md, st.Err()
 }
 
-// quotaMD returns the RateLimit and RateLimit-Policy metadata of d.
+// quotaMD returns the quota fields of d as metadata: what the Limiter's
+// HTTP responses send for d, rendered by the same code (Limiter.Respond), so
+// the two cannot disagree. For a refused call too they describe the bucket,
+// not the call: RateLimit's t is the wait for one token, while the pushback
+// and RetryInfo are the call's wait for its cost. (Respond, not the root's
+// internal/headers: this module may be built with a newer addrlimit, whose
+// internal packages promise nothing.)
 func (i *Interceptor) quotaMD(d *addrlimit.Decision) metadata.MD {
 	if d.Limit == 0 {
 		return nil
 	}
-	t := int64(0)
-	if d.Remaining == 0 {
-		t = max(ceilDiv(d.RetryAfter, time.Second), 1)
+	// Respond writes only the quota fields of a decision that is not
+	// refused (DryRun: a Limited one is let through), and reads r only to
+	// refuse. The quota fields do not depend on whether d was refused.
+	q := *d
+	q.DryRun = true
+	f := fields{}
+	i.lim.Respond(f, nil, q)
+	if len(f) == 0 {
+		return nil // HeaderNone
 	}
-	return metadata.MD{
-		"ratelimit-policy": {i.policyHdr[d.Policy]},
-		"ratelimit":        {strconv.Quote(d.Policy) + ";r=" + strconv.Itoa(d.Remaining) + ";t=" + strconv.FormatInt(t, 10)},
+	md := make(metadata.MD, len(f))
+	for k, v := range f {
+		md[mdKey(k)] = v
 	}
+	return md
+}
+
+// fields is the http.ResponseWriter quotaMD has Limiter.Respond write to:
+// only its header is kept.
+type fields http.Header
+
+func (f fields) Header() http.Header       { return http.Header(f) }
+func (fields) Write(b []byte) (int, error) { return len(b), nil }
+func (fields) WriteHeader(int)             {}
+
+// mdKey returns the metadata key (lower case) of a canonical HTTP field name,
+// without an allocation for the quota fields' names.
+func mdKey(k string) string {
+	switch k {
+	case "Ratelimit":
+		return "ratelimit"
+	case "Ratelimit-Policy":
+		return "ratelimit-policy"
+	case "X-Ratelimit-Limit":
+		return "x-ratelimit-limit"
+	case "X-Ratelimit-Remaining":
+		return "x-ratelimit-remaining"
+	case "X-Ratelimit-Reset":
+		return "x-ratelimit-reset"
+	}
+	return strings.ToLower(k)
 }
 
 // ceilDiv returns d / unit rounded up, for a positive d; unlike
 // (d+unit-1)/unit it cannot overflow, so a Store's longest delay never
-// wraps around to a negative pushback ("do not retry") or a t of 1.
+// wraps around to a negative pushback ("do not retry").
 func ceilDiv(d, unit time.Duration) int64 {
 	return int64((d-1)/unit) + 1
 }

@@ -27,7 +27,9 @@ func (hugeStore) Take(_ context.Context, _ string, p addrlimit.Policy, _ int) (a
 
 // The pushback trailer of a refusal with the longest delay must not wrap
 // around to a negative value, and must agree with the RetryInfo detail
-// (ceil(MaxInt64 ns / 1 ms) = 9223372036855 ms).
+// (ceil(MaxInt64 ns / 1 ms) = 9223372036855 ms). RateLimit's t is the
+// bucket's wait for one token, 9 intervals of 6 minutes sooner than the
+// ResetAfter of MaxInt64 ns: ceil(MaxInt64 ns - 3240 s) = 9223368797 s.
 func TestHugeRetryAfterGivesPositivePushback(t *testing.T) {
 	lim, _ := newLimiter(t, 10, time.Hour, addrlimit.WithStore(hugeStore{}))
 	gl, err := grpclimit.New(lim, grpclimit.WithQuotaMetadata())
@@ -45,7 +47,7 @@ func TestHugeRetryAfterGivesPositivePushback(t *testing.T) {
 	if perr != nil || ms != 9223372036855 {
 		t.Errorf("pushback %q, want 9223372036855 (ms, rounded up)", tr.trailer[grpclimit.PushbackTrailer])
 	}
-	if got, want := first(tr.trailer["ratelimit"]), `"default";r=0;t=9223372037`; got != want {
+	if got, want := first(tr.trailer["ratelimit"]), `"default";r=0;t=9223368797`; got != want {
 		t.Errorf("ratelimit %q, want %q", got, want)
 	}
 }
