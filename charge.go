@@ -3,31 +3,61 @@ package addrlimit
 import (
 	"context"
 	"errors"
-	"hash/maphash"
 	"net/http"
 )
 
-// decide is the one path of a request: exemption, then policy and key, then
-// cost, then the charge, into *d, a zero Decision of the caller's. The key's
+// decide is the one path of a request (Handler, Allow, AllowAs): exemption,
+// then policy, key and cost (by the Limiter's rules, or as AllowAs says),
+// then the charge, into *d, a zero Decision of the caller's. The key's
 // string is built only if str is set or the seam needs it. *d is an
-// out-parameter because a Decision (some 130 bytes) returned by value from
-// decide, charge and refuseCost measured slower: +16% on
-// BenchmarkDeniedOptions/limit=300/minute/headers=none and +22% on
-// BenchmarkAllowed10k/lib=addrlimit-noheaders of the benchmarks module
-// (benchstat, n=8, 2-core machine under load).
-func (l *Limiter) decide(r *http.Request, str bool, d *Decision) (*policyState, bucketKey) {
+// out-parameter because a Decision returned by value from decide, charge
+// and refuseCost measured slower on BenchmarkDeniedOptions and
+// BenchmarkAllowed10k (see internal/DESIGN.md).
+func (l *Limiter) decide(r *http.Request, as *chargeAs, str bool, d *Decision) (*policyState, bucketKey) {
 	class := l.exemption(r, d)
 	if d.Outcome == Exempt {
 		return nil, bucketKey{}
 	}
-	ps, k, err := l.policyAndKey(r, str || l.strKeys)
-	n := 1
-	if l.cost != nil {
-		n = l.cost(r)
+	var (
+		ps  *policyState
+		k   bucketKey
+		err error
+		n   = 1
+	)
+	if as == nil {
+		ps, k, err = l.policyAndKey(r, str)
+		if l.cost != nil {
+			n = l.cost(r)
+		}
+	} else {
+		var keyErr error
+		ps, err = l.lookupPolicy(as.policy)
+		k, keyErr = l.requestKey(r, as.key, str)
+		err, n = join(err, keyErr), as.n
 	}
 	l.charge(r.Context(), ps, k, n, err, d)
 	l.countCredentials(r, class, d)
 	return ps, k
+}
+
+// chargeAs is how AllowAs charges a request: n tokens under the named
+// policy, to the key that key returns (nil: the peer address).
+type chargeAs struct {
+	policy string
+	key    KeyFunc
+	n      int
+}
+
+// join is errors.Join for the common case of at most one error, which it
+// returns as it is (errors.Join is not free).
+func join(a, b error) error {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return errors.Join(a, b)
 }
 
 // exemption classifies r's bearer token and, if r is exempt (an accepted
@@ -69,49 +99,45 @@ func (l *Limiter) policyAndKey(r *http.Request, str bool) (ps *policyState, k bu
 			ps, selErr = l.lookupPolicy(name) // "" is the default policy
 		}
 		if selErr == nil && key != "" {
-			return ps, l.key(key), nil
+			return ps, l.keys.of(key), nil
 		}
 		err = selErr
 	}
-	k, keyErr := l.requestKey(r, str)
-	if err == nil {
-		return ps, k, keyErr // errors.Join is not free
-	}
-	return ps, k, errors.Join(err, keyErr)
+	k, keyErr := l.requestKey(r, l.keyFunc, str)
+	return ps, k, join(err, keyErr)
 }
 
-// requestKey is the key of r under the KeyFunc: the peer address by default,
-// formatted on the stack and hashed, and copied to a string only if str is
-// set. That saves the default path an allocation: see
-// BenchmarkAllowed/lib=addrlimit of the benchmarks module (0 allocs/op)
-// against BenchmarkAllowedOptions/keyfunc=RemoteAddrKey (the same key as a
-// string: 1).
-func (l *Limiter) requestKey(r *http.Request, str bool) (bucketKey, error) {
-	if l.keyFunc == nil {
+// requestKey is the key that f (nil: the peer address) gives r. The peer
+// address is formatted on the stack and hashed, and copied to a string only
+// if str is set or the seam needs it: that saves the default path an
+// allocation (BenchmarkAllowed/lib=addrlimit of the benchmarks module, 0
+// allocs/op, against BenchmarkAllowedOptions/keyfunc=RemoteAddrKey, the
+// same key as a string: 1).
+func (l *Limiter) requestKey(r *http.Request, f KeyFunc, str bool) (bucketKey, error) {
+	if f == nil {
 		a, err := peerAddr(r)
 		if err != nil {
-			return l.key(UnkeyedKey), err
+			return l.keys.of(UnkeyedKey), err
 		}
 		var buf [maxAddrKeyLen]byte
-		b := appendAddrKey(buf[:0], a)
-		k := bucketKey{hash: maphash.Bytes(l.seed, b)}
-		if str {
-			k.s = string(b)
-		}
-		return k, nil
+		return l.keys.ofBytes(appendAddrKey(buf[:0], a), str), nil
 	}
-	s, err := l.keyFunc(r)
+	s, err := f(r)
+	return l.stringKey(s, err)
+}
+
+// stringKey is the bucket key s that a KeyFunc returned with err. An empty
+// key never skips the limit: it is UnkeyedKey, with err or, if err is nil,
+// ErrEmptyKey.
+func (l *Limiter) stringKey(s string, err error) (bucketKey, error) {
 	if s == "" {
 		if err == nil {
 			err = ErrEmptyKey
 		}
 		s = UnkeyedKey
 	}
-	return l.key(s), err
+	return l.keys.of(s), err
 }
-
-// key is the bucket key s (which hashes as its bytes would).
-func (l *Limiter) key(s string) bucketKey { return bucketKey{hash: maphash.String(l.seed, s), s: s} }
 
 // charge is the one place where tokens are taken, in one call to the seam
 // (which applies the failure policy when a remote Store fails). err is what
@@ -128,10 +154,7 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 		l.keyErrors.Add(1)
 	}
 	a := l.store.take(ctx, ps, k, n)
-	d.set(ps, a.Result)
-	if a.unknown {
-		d.Limit = 0
-	}
+	d.record(ps, a)
 	d.Cost, d.Err = n, err
 	if a.err != nil {
 		l.storeErrors.Add(1)
@@ -141,17 +164,23 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 }
 
 // refuseCost refuses a cost that no bucket of ps can ever pay, charging
-// nothing. The decision reports the bucket's state (from the store, or the
-// local bucket if the store fails), Cost > Limit, and a zero RetryAfter: no
-// wait makes the request possible, so none is promised.
+// nothing. The decision reports the bucket's state (from the store; if it
+// fails, FailLocal's mirror, else an unknown quota, Limit 0, with the
+// store's error in Err), and a zero RetryAfter: no wait makes the request
+// possible, so none is promised. The failure policy does not decide it, so
+// it is never Degraded.
 func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, k bucketKey, n int, err error, d *Decision) {
 	l.keyErrors.Add(1)
 	ps.limited.Add(1)
-	res, _ := l.store.peek(context.WithoutCancel(ctx), ps, k)
-	d.set(ps, res)
+	a := l.store.peek(context.WithoutCancel(ctx), ps, k)
+	d.record(ps, a)
 	d.Outcome, d.Cost, d.DryRun = Limited, n, l.dryRun
 	d.RetryAfter = 0
 	d.Err = errors.Join(err, ErrCostOverBurst)
+	if a.err != nil {
+		l.storeErrors.Add(1)
+		d.Err = errors.Join(d.Err, a.err)
+	}
 }
 
 // refundCharge gives back the tokens of an allowed decision d to the bucket
@@ -166,20 +195,20 @@ func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, k bucketKey
 	}
 }
 
+// record records a seam's answer under policy ps in d: Limit 0 when the
+// quota is unknown.
+func (d *Decision) record(ps *policyState, a answer) {
+	d.set(ps, a.Result)
+	if a.unknown {
+		d.Limit = 0
+	}
+}
+
 // set records a bucket's answer under policy ps in d.
 func (d *Decision) set(ps *policyState, res Result) {
 	d.Outcome, d.Policy, d.Limit = Allowed, ps.Name, ps.Burst
 	d.Remaining, d.RetryAfter, d.ResetAfter = res.Remaining, res.RetryAfter, res.ResetAfter
 	if !res.Allowed {
 		d.Outcome = Limited
-	}
-}
-
-// count counts a decision that the in-memory table did not take.
-func (ps *policyState) count(allowed bool) {
-	if allowed {
-		ps.allowed.Add(1)
-	} else {
-		ps.limited.Add(1)
 	}
 }

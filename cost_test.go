@@ -160,3 +160,42 @@ func TestRateLimitTDescribesTheBucketRetryAfterTheRequest(t *testing.T) {
 		assert.Equal(t, "10", w.Header().Get("Retry-After"), "one more token for this request: 10 s")
 	})
 }
+
+// A cost over the burst is refused with 413 whatever the store does. When
+// the store fails, the refusal says so (Err, StoreErrors) but is not the
+// failure policy's (not Degraded): under FailLocal the quota fields are the
+// local mirror's; under FailOpen and FailClosed the quota is unknown, so no
+// quota fields are sent and Limit is 0.
+func TestCostOverBurstWhileTheStoreFails(t *testing.T) {
+	for _, tc := range []struct {
+		policy    addrlimit.FailurePolicy
+		rateLimit string
+		limit     int
+	}{
+		{addrlimit.FailLocal, `"default";r=9;t=0`, 10},
+		{addrlimit.FailOpen, "", 0},
+		{addrlimit.FailClosed, "", 0},
+	} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			st := newFailingStore()
+			var got addrlimit.Decision
+			lim := mustNew(t, 10, time.Hour, addrlimit.WithStore(st), addrlimit.WithStoreFailure(tc.policy),
+				addrlimit.WithCost(costFromHeader),
+				addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { got = d }))
+			h := lim.Handler(okHandler)
+			require.Equal(t, 200, serve(h, req("192.0.2.1:1")).Code, "the store answers: one token charged and mirrored")
+			st.down.Store(true)
+			w := serve(h, req("192.0.2.1:1", "X-Cost", "11"))
+			require.Equal(t, 413, w.Code)
+			assert.Equal(t, tc.rateLimit, w.Header().Get("RateLimit"))
+			assert.Empty(t, w.Header().Values("Retry-After"))
+			assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
+			assert.Equal(t, "content too large\n", w.Body.String())
+			assert.ErrorIs(t, got.Err, addrlimit.ErrCostOverBurst)
+			assert.ErrorIs(t, got.Err, errRefused, "the store's error is reported")
+			assert.False(t, got.Degraded, "the cost rule decided, not the failure policy")
+			assert.Equal(t, tc.limit, got.Limit)
+			assert.Equal(t, uint64(1), lim.Stats().StoreErrors)
+		})
+	}
+}

@@ -3,7 +3,6 @@ package addrlimit
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 )
 
@@ -100,9 +99,4 @@ func WithDecisionInContext() Option {
 		c.decisionInContext = true
 		return nil
 	}
-}
-
-// withDecision returns r with d in its context, for DecisionFromContext.
-func withDecision(r *http.Request, d *Decision) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), decisionKey{}, *d))
 }

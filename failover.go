@@ -61,6 +61,17 @@ func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int
 	return answer{Result: res, err: err}
 }
 
+// count counts a decision that no local table took: remote's, or that of
+// FailOpen or FailClosed. (A table counts its own; refuseCost counts its
+// refusals.)
+func (ps *policyState) count(allowed bool) {
+	if allowed {
+		ps.allowed.Add(1)
+	} else {
+		ps.limited.Add(1)
+	}
+}
+
 // remoteTake is remote's Take of n tokens for key, paying key's debt with
 // it when remote is a DebtStore. A failed call keeps the debt.
 func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, n int) (Result, error) {
@@ -79,13 +90,16 @@ func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, 
 	return res, err
 }
 
-// peek is remote's Peek, or the local bucket's state with remote's error.
-func (f *failover) peek(ctx context.Context, ps *policyState, k bucketKey) (Result, error) {
+// peek is remote's Peek, or, with remote's error, the local bucket's state
+// (FailLocal's mirror) or an unknown one.
+func (f *failover) peek(ctx context.Context, ps *policyState, k bucketKey) answer {
 	res, err := f.remote.Peek(ctx, k.s, ps.Policy)
-	if err != nil {
-		return result(ps.table.Peek(k.hash, f.local.now())), err
+	if err == nil {
+		return answer{Result: res}
 	}
-	return res, nil
+	a := answer{Result: result(ps.table.Peek(k.hash, f.local.now())), err: err}
+	a.unknown = f.policy != FailLocal // the local table mirrors nothing
+	return a
 }
 
 // refund gives n tokens back to the bucket that paid them: remote's, or the
@@ -125,20 +139,23 @@ func (f *failover) reset(ctx context.Context, ps *policyState, k bucketKey) erro
 // The Store methods are the seam's, for storetest: the wrapper is what
 // production runs in front of a remote store.
 
+func (f *failover) keys() keyer { return keyer{seed: f.local.seed, strings: true} }
+
 func (f *failover) Take(ctx context.Context, key string, p Policy, n int) (Result, error) {
-	a := f.take(ctx, f.local.lane(p), f.local.key(key), n)
+	a := f.take(ctx, f.local.lane(p), f.local.keys().of(key), n)
 	return a.Result, a.err
 }
 
 func (f *failover) Refund(ctx context.Context, key string, p Policy, n int) (Result, error) {
-	res, _, err := f.refund(ctx, f.local.lane(p), f.local.key(key), n, false)
+	res, _, err := f.refund(ctx, f.local.lane(p), f.local.keys().of(key), n, false)
 	return res, err
 }
 
 func (f *failover) Peek(ctx context.Context, key string, p Policy) (Result, error) {
-	return f.peek(ctx, f.local.lane(p), f.local.key(key))
+	a := f.peek(ctx, f.local.lane(p), f.local.keys().of(key))
+	return a.Result, a.err
 }
 
 func (f *failover) Reset(ctx context.Context, key string, p Policy) error {
-	return f.reset(ctx, f.local.lane(p), f.local.key(key))
+	return f.reset(ctx, f.local.lane(p), f.local.keys().of(key))
 }

@@ -43,7 +43,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -55,9 +54,9 @@ import (
 // Limiter limits requests per key under one or more policies. Build it with
 // New; it is immutable and safe for concurrent use, and starts no goroutine.
 // A Limiter not built by New (the zero value, or a nil pointer) never lets a
-// request through unlimited: Handler, Allow and AllowKey panic with
-// "addrlimit: Limiter not built with New", and Peek and Reset return that
-// error.
+// request through unlimited: Handler, Allow, AllowAs, AllowKey and Respond
+// panic with "addrlimit: Limiter not built with New", and Peek and Reset
+// return that error.
 type Limiter struct {
 	policies  []*policyState // [0] is the default policy
 	byName    map[string]*policyState
@@ -70,10 +69,9 @@ type Limiter struct {
 	denied    http.Handler
 	observers []func(*http.Request, Decision)
 	dryRun    bool
-	inContext bool // WithDecisionInContext
-	store     seam // memStore, or failover around the WithStore Store
-	strKeys   bool // the seam needs keys as strings (a remote store)
-	seed      maphash.Seed
+	inContext bool  // WithDecisionInContext
+	store     seam  // memStore, or failover around the WithStore Store
+	keys      keyer // the seam's: how keys are hashed, and whether it needs their strings
 
 	exempted, credentialed, retiredLimited, keyErrors, storeErrors, refunded atomic.Uint64
 }
@@ -132,10 +130,11 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		inContext: c.decisionInContext,
 	}
 	mem := newMemStore(c.maxKeys)
-	l.seed, l.store = mem.seed, mem
+	l.store = mem
 	if c.store != nil {
-		l.store, l.strKeys = newFailover(c.store, c.failure, mem), true
+		l.store = newFailover(c.store, c.failure, mem)
 	}
+	l.keys = l.store.keys()
 	for _, p := range append([]Policy{def}, c.policies...) {
 		if _, dup := l.byName[p.Name]; dup {
 			return nil, fmt.Errorf("addrlimit: two policies are named %q", p.Name)
@@ -196,7 +195,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	wantKey := len(l.observers) > 0 || l.denied != nil || l.inContext
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var d Decision
-		ps, k := l.decide(r, wantKey, &d)
+		ps, k := l.decide(r, nil, wantKey, &d)
 		if wantKey {
 			d.Key = k.s
 		}
@@ -205,13 +204,11 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if d.Denied() {
-			l.refuse(w, r, ps, &d)
+		if l.write(w, r, ps, &d) {
 			return
 		}
-		ps.respond(w.Header(), &d)
 		if l.inContext {
-			r = withDecision(r, &d)
+			r = r.WithContext(ContextWithDecision(r.Context(), d))
 		}
 		if l.refund != nil && d.Outcome == Allowed {
 			rw := &statusWriter{ResponseWriter: w}
@@ -234,7 +231,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 func (l *Limiter) Allow(r *http.Request) Decision {
 	l.mustBeBuilt()
 	var d Decision
-	_, k := l.decide(r, true, &d)
+	_, k := l.decide(r, nil, true, &d)
 	d.Key = k.s
 	l.observe(r, d)
 	return d
@@ -250,29 +247,10 @@ func (l *Limiter) Allow(r *http.Request) Decision {
 // own rules. key follows the KeyFunc contract; bad input never skips the
 // limit and is reported as by AllowKey.
 func (l *Limiter) AllowAs(r *http.Request, policy string, key KeyFunc, n int) Decision {
+	l.mustBeBuilt()
 	var d Decision
-	class := l.exemption(r, &d)
-	if d.Outcome == Exempt {
-		l.observe(r, d)
-		return d
-	}
-	ps, err := l.lookupPolicy(policy)
-	if key == nil {
-		key = RemoteAddrKey
-	}
-	ks, keyErr := key(r)
-	if ks == "" {
-		ks = UnkeyedKey
-		if keyErr == nil {
-			keyErr = ErrEmptyKey
-		}
-	}
-	if keyErr != nil {
-		err = errors.Join(err, keyErr)
-	}
-	l.charge(r.Context(), ps, l.key(ks), n, err, &d)
-	l.countCredentials(r, class, &d)
-	d.Key = ks
+	_, k := l.decide(r, &chargeAs{policy: policy, key: key, n: n}, true, &d)
+	d.Key = k.s
 	l.observe(r, d)
 	return d
 }
@@ -294,12 +272,10 @@ func (l *Limiter) AllowAs(r *http.Request, policy string, key KeyFunc, n int) De
 func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decision {
 	l.mustBeBuilt()
 	ps, err := l.lookupPolicy(policy)
-	if key == "" {
-		key, err = UnkeyedKey, errors.Join(err, ErrEmptyKey)
-	}
+	k, keyErr := l.stringKey(key, nil)
 	var d Decision
-	l.charge(ctx, ps, l.key(key), n, err, &d)
-	d.Key = key
+	l.charge(ctx, ps, k, n, join(err, keyErr), &d)
+	d.Key = k.s
 	l.observe(nil, d)
 	return d
 }
@@ -315,12 +291,12 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 	if err != nil {
 		return Decision{}, err
 	}
-	res, err := l.store.peek(ctx, ps, l.key(key))
-	if err != nil {
-		return Decision{}, err
+	a := l.store.peek(ctx, ps, l.keys.of(key))
+	if a.err != nil {
+		return Decision{}, a.err
 	}
 	var d Decision
-	d.set(ps, res)
+	d.set(ps, a.Result)
 	d.Key = key
 	return d, nil
 }
@@ -335,7 +311,7 @@ func (l *Limiter) Reset(ctx context.Context, policy, key string) error {
 	if err != nil {
 		return err
 	}
-	return l.store.reset(ctx, ps, l.key(key))
+	return l.store.reset(ctx, ps, l.keys.of(key))
 }
 
 // lookupPolicy returns the named policy, or the default one and

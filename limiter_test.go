@@ -424,6 +424,10 @@ func TestZeroLimiterFailsLoudlyNeverLimitsNothing(t *testing.T) {
 			panicsWith("Handler", func() { l.Handler(okHandler) })
 			panicsWith("Allow", func() { l.Allow(req("192.0.2.1:1")) })
 			panicsWith("AllowKey", func() { l.AllowKey(context.Background(), "", "k", 1) })
+			panicsWith("AllowAs", func() { l.AllowAs(req("192.0.2.1:1"), "", nil, 1) })
+			panicsWith("Respond", func() {
+				l.Respond(httptest.NewRecorder(), req("192.0.2.1:1"), addrlimit.Decision{Outcome: addrlimit.Limited, Policy: "default"})
+			})
 			_, err := l.Peek(context.Background(), "", "k")
 			assert.EqualError(t, err, msg, "Peek")
 			assert.EqualError(t, l.Reset(context.Background(), "", "k"), msg, "Reset")

@@ -20,14 +20,17 @@ type seam interface {
 	// take charges n tokens to k's bucket under ps.
 	take(ctx context.Context, ps *policyState, k bucketKey, n int) answer
 	// peek reports k's bucket without changing it. With an error, the
-	// Result is the local bucket's.
-	peek(ctx context.Context, ps *policyState, k bucketKey) (Result, error)
+	// Result is the local bucket's: the mirror under FailLocal, else
+	// unknown.
+	peek(ctx context.Context, ps *policyState, k bucketKey) answer
 	// refund gives n tokens back to the bucket that paid them for a
 	// decision (degraded: one the failure policy took), reports whether any
 	// bucket got them, and returns that bucket's state.
 	refund(ctx context.Context, ps *policyState, k bucketKey, n int, degraded bool) (Result, bool, error)
 	// reset makes k's bucket full.
 	reset(ctx context.Context, ps *policyState, k bucketKey) error
+	// keys is how this seam's keys are made, for the Limiter to make them.
+	keys() keyer
 }
 
 // bucketKey is a bucket's key as a seam gets it: its hash, and its string
@@ -38,7 +41,28 @@ type bucketKey struct {
 	s    string
 }
 
-// answer is a seam's answer to take.
+// keyer makes the seam's bucketKeys: hashed with its seed, and with the
+// string kept when the seam needs strings (a remote store) or the caller
+// asks for it.
+type keyer struct {
+	seed    maphash.Seed
+	strings bool
+}
+
+// of is the key s (which hashes as its bytes would).
+func (kr keyer) of(s string) bucketKey { return bucketKey{hash: maphash.String(kr.seed, s), s: s} }
+
+// ofBytes is the key b, with its string only if str is set or the seam
+// needs strings: b may be on the caller's stack.
+func (kr keyer) ofBytes(b []byte, str bool) bucketKey {
+	k := bucketKey{hash: maphash.Bytes(kr.seed, b)}
+	if str || kr.strings {
+		k.s = string(b)
+	}
+	return k
+}
+
+// answer is a seam's answer to take and peek.
 type answer struct {
 	Result
 	err     error // the store failed and the failure policy decided
@@ -80,8 +104,7 @@ func (m *memStore) lane(p Policy) *policyState {
 	return ps
 }
 
-// key is s as a seam's key.
-func (m *memStore) key(s string) bucketKey { return bucketKey{hash: maphash.String(m.seed, s), s: s} }
+func (m *memStore) keys() keyer { return keyer{seed: m.seed} }
 
 // result is what a bucket.Table call reports, as a Result.
 func result(allowed bool, remaining int, retryAfter, resetAfter time.Duration) Result {
@@ -92,8 +115,8 @@ func (m *memStore) take(_ context.Context, ps *policyState, k bucketKey, n int) 
 	return answer{Result: result(ps.table.Take(k.hash, m.now(), int64(n)))}
 }
 
-func (m *memStore) peek(_ context.Context, ps *policyState, k bucketKey) (Result, error) {
-	return result(ps.table.Peek(k.hash, m.now())), nil
+func (m *memStore) peek(_ context.Context, ps *policyState, k bucketKey) answer {
+	return answer{Result: result(ps.table.Peek(k.hash, m.now()))}
 }
 
 func (m *memStore) refund(_ context.Context, ps *policyState, k bucketKey, n int, _ bool) (Result, bool, error) {
@@ -106,18 +129,18 @@ func (m *memStore) reset(_ context.Context, ps *policyState, k bucketKey) error 
 }
 
 func (m *memStore) Take(ctx context.Context, key string, p Policy, n int) (Result, error) {
-	return m.take(ctx, m.lane(p), m.key(key), n).Result, nil
+	return m.take(ctx, m.lane(p), m.keys().of(key), n).Result, nil
 }
 
 func (m *memStore) Refund(ctx context.Context, key string, p Policy, n int) (Result, error) {
-	res, _, err := m.refund(ctx, m.lane(p), m.key(key), n, false)
+	res, _, err := m.refund(ctx, m.lane(p), m.keys().of(key), n, false)
 	return res, err
 }
 
 func (m *memStore) Peek(ctx context.Context, key string, p Policy) (Result, error) {
-	return m.peek(ctx, m.lane(p), m.key(key))
+	return m.peek(ctx, m.lane(p), m.keys().of(key)).Result, nil
 }
 
 func (m *memStore) Reset(ctx context.Context, key string, p Policy) error {
-	return m.reset(ctx, m.lane(p), m.key(key))
+	return m.reset(ctx, m.lane(p), m.keys().of(key))
 }

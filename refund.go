@@ -24,7 +24,7 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) {
 	if d.Outcome != Allowed || d.Key == "" || ps == nil {
 		return
 	}
-	l.refundCharge(context.WithoutCancel(ctx), ps, l.key(d.Key), &d)
+	l.refundCharge(context.WithoutCancel(ctx), ps, l.keys.of(d.Key), &d)
 }
 
 // statusWriter records the status of the response a handler writes, for

@@ -2,45 +2,52 @@ package addrlimit
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
 
-// respond sets the header fields of a counted decision: the quota fields
-// when the quota is known (Limit > 0), and for a denied request Retry-After
-// (unless no wait can help: a cost over the burst) and Cache-Control:
-// no-store. A decision whose quota is unknown comes from FailOpen (allowed,
-// no fields) or FailClosed (denied: Retry-After: 1).
-func (ps *policyState) respond(h http.Header, d *Decision) {
-	if d.Limit == 0 {
-		if d.Denied() {
-			ps.headers.WriteUnavailable(h)
-		}
-		return
+// write writes what Handler writes for a counted decision d before it calls
+// the next handler, and reports whether it refused the request: the
+// refusal (refuse) for a denied one, else the quota fields.
+func (l *Limiter) write(w http.ResponseWriter, r *http.Request, ps *policyState, d *Decision) (refused bool) {
+	if d.Denied() {
+		l.refuse(w, r, ps, d)
+		return true
 	}
-	ps.headers.Write(h, ps.state(d))
+	ps.headers.Write(w.Header(), ps.state(d))
+	return false
 }
 
 // state is what the header fields report about d: the quota fields describe
 // the bucket (RateLimit's t is its wait for one token, whatever the request
-// costs), Retry-After the request (its wait for its cost).
+// costs) unless the quota is unknown (Limit 0: the store failed under
+// FailOpen or FailClosed); Retry-After describes the request (its wait for
+// its cost, none for a cost over the burst, 1 s under FailClosed).
 func (ps *policyState) state(d *Decision) headers.State {
 	var next time.Duration
 	if d.Remaining <= 0 {
 		// GCRA: the bucket holds a whole token once it is burst-1 tokens
 		// from full.
-		next = max(d.ResetAfter-time.Duration(d.Limit-1)*ps.Interval, 0)
+		next = max(d.ResetAfter-time.Duration(ps.Burst-1)*ps.Interval, 0)
 	}
 	return headers.State{
+		Unknown:    d.Limit == 0,
 		Remaining:  d.Remaining,
 		NextToken:  next,
 		RetryAfter: d.RetryAfter,
 		ResetAfter: d.ResetAfter,
 		Denied:     d.Denied(),
-		Never:      d.Cost > d.Limit,
+		Never:      d.overBurst(),
 	}
+}
+
+// overBurst reports whether d refused a cost above the burst, which no wait
+// makes possible.
+func (d *Decision) overBurst() bool {
+	return d.Outcome == Limited && errors.Is(d.Err, ErrCostOverBurst)
 }
 
 // Respond writes what Handler writes for d before it would call the next
@@ -53,27 +60,26 @@ func (ps *policyState) state(d *Decision) headers.State {
 // refused the request: then do not serve it (in gin, c.Abort()). r is the
 // request being answered (a WithDeniedHandler handler gets it).
 //
-// d must be a decision of this Limiter (Allow or AllowKey). One of a policy
-// the Limiter does not have gets no quota fields, and if denied, the 503
-// refusal of an unknown quota: it is still refused.
+// d must be a decision of this Limiter (Allow, AllowAs or AllowKey). One of
+// a policy the Limiter does not have gets no quota fields, and if denied,
+// the refusal of an unknown quota (503 with Retry-After: 1, or 413 for
+// ErrCostOverBurst): it is still refused.
 func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (refused bool) {
 	if d.Outcome != Allowed && d.Outcome != Limited {
 		return false
 	}
+	l.mustBeBuilt()
 	ps := l.byName[d.Policy]
 	if ps == nil {
-		ps, d.Limit = l.policies[0], 0 // quota unknown: no fields from another policy
+		// Quota unknown: no fields from another policy, and if denied,
+		// FailClosed's refusal.
+		ps, d.Limit, d.RetryAfter = l.policies[0], 0, time.Second
 	}
-	if d.Denied() {
-		l.refuse(w, r, ps, &d)
-		return true
-	}
-	ps.respond(w.Header(), &d)
-	return false
+	return l.write(w, r, ps, &d)
 }
 
 // refuse writes the response of a denied request: the WithDeniedHandler
-// handler (after the fields of respond), or 429 Too Many Requests with a
+// handler (after the header fields of state), or 429 Too Many Requests with a
 // fixed body, or 413 Content Too Large without Retry-After for a cost above
 // the burst (ErrCostOverBurst: it can never be paid), or 503 Service
 // Unavailable when the quota is unknown because the store failed under
@@ -81,30 +87,24 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 // error. The default response allocates nothing: its fields come from the
 // policy's header arena, its body is shared.
 func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState, d *Decision) {
-	h := w.Header()
 	if l.denied != nil {
-		ps.respond(h, d)
+		ps.headers.Write(w.Header(), ps.state(d))
 		l.denied.ServeHTTP(w, r.WithContext(ContextWithDecision(r.Context(), *d)))
 		return
 	}
-	var body []byte
 	status := http.StatusTooManyRequests
 	switch {
-	case d.Limit == 0:
-		status = http.StatusServiceUnavailable
-		ps.headers.WriteUnavailable(h)
-		body = ps.headers.WriteRefusal(h, status)
-	case d.Cost > d.Limit:
+	case d.overBurst():
 		// No wait makes this request possible: say so with a status that no
 		// retry policy repeats and that tells the client to send less
-		// (RFC 9110 §15.5.14), without Retry-After, which would promise a
-		// success that never comes. The quota fields still describe the
-		// bucket.
+		// (RFC 9110 §15.5.14), without Retry-After (state sets Never),
+		// which would promise a success that never comes. The quota fields
+		// still describe the bucket, when it is known.
 		status = http.StatusRequestEntityTooLarge
-		body = ps.headers.WriteDenied(h, ps.state(d), status)
-	default:
-		body = ps.headers.WriteDenied(h, ps.state(d), status)
+	case d.Limit == 0:
+		status = http.StatusServiceUnavailable
 	}
+	body := ps.headers.WriteDenied(w.Header(), ps.state(d), status)
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }

@@ -71,9 +71,10 @@ func Seconds(d time.Duration) int {
 }
 
 // State is what the fields report about one decision: the bucket (Remaining,
-// NextToken, ResetAfter: the quota fields) and, for a denied request, the
-// request (RetryAfter: the Retry-After field).
+// NextToken, ResetAfter: the quota fields, unless Unknown) and, for a denied
+// request, the request (RetryAfter: the Retry-After field).
 type State struct {
+	Unknown    bool // the quota is unknown (the store failed): no quota fields
 	Remaining  int
 	NextToken  time.Duration // the bucket's wait for one whole token (RateLimit's t); zero while Remaining > 0
 	RetryAfter time.Duration // the request's wait for its cost (Retry-After), when Denied
@@ -203,9 +204,12 @@ func (w *Writer) Write(h http.Header, s State) {
 }
 
 // WriteDenied is Write for a denied response that gets the default refusal
-// body (Limiter without WithDeniedHandler): it also sets the fields of
-// WriteRefusal, from one arena reservation, and returns the body to write
-// after WriteHeader(status). s.Denied should be set.
+// body (Limiter without WithDeniedHandler): it also prepares h for the body,
+// as http.Error does (Content-Type text/plain, X-Content-Type-Options:
+// nosniff, no Content-Length), from one arena reservation, and returns the
+// body to write after WriteHeader(status): the lower-case status text and a
+// newline ("too many requests\n"), shared by all responses, so Write must
+// not modify it (the io.Writer contract). s.Denied should be set.
 func (w *Writer) WriteDenied(h http.Header, s State, status int) []byte {
 	return w.write(h, s, status)
 }
@@ -213,8 +217,12 @@ func (w *Writer) WriteDenied(h http.Header, s State, status int) []byte {
 // write sets the fields of s and, when status is not zero, those of a
 // refusal with that status, whose body it returns.
 func (w *Writer) write(h http.Header, s State, status int) []byte {
+	style := w.style
+	if s.Unknown {
+		style = None
+	}
 	n := 0
-	switch w.style {
+	switch style {
 	case Draft:
 		n = 2
 	case XRateLimit:
@@ -238,7 +246,7 @@ func (w *Writer) write(h http.Header, s State, status int) []byte {
 	if remaining == 0 {
 		wait = max(Seconds(s.NextToken), 1)
 	}
-	switch w.style {
+	switch style {
 	case Draft:
 		c.set(h, fieldPolicy, w.policy)
 		c.set(h, fieldRateLimit, w.rateLimit(c, remaining, wait))
@@ -276,29 +284,6 @@ func (w *Writer) rateLimit(c *chunk, r, t int) string {
 		return w.byWait[t]
 	}
 	return c.rateLimit(w.prefix, r, t)
-}
-
-// WriteUnavailable sets the fields of a 503 sent because the store failed:
-// no quota (it is unknown), Retry-After: 1 and Cache-Control: no-store.
-func (w *Writer) WriteUnavailable(h http.Header) {
-	c := w.arena.get(2)
-	c.set(h, fieldRetryAfter, "1")
-	c.set(h, fieldCache, noStore)
-	w.arena.put(c)
-}
-
-// WriteRefusal prepares h for the default refusal body, as http.Error does:
-// Content-Type text/plain, X-Content-Type-Options: nosniff, no
-// Content-Length. It returns the body to write after WriteHeader(status):
-// the lower-case status text and a newline ("too many requests\n"). The
-// body is shared by all responses: Write must not modify it (the io.Writer
-// contract). Use WriteDenied instead when the quota fields are set too.
-func (w *Writer) WriteRefusal(h http.Header, status int) []byte {
-	dropLength(h)
-	c := w.arena.get(2)
-	body := refusal(h, c, status)
-	w.arena.put(c)
-	return body
 }
 
 // dropLength deletes a Content-Length that a handler may have set, as

@@ -110,8 +110,8 @@ func TestWriteDenied(t *testing.T) {
 	}
 }
 
-func TestWriteRefusal(t *testing.T) {
-	w := New(Draft, "default", 1, time.Second)
+func TestRefusalBodies(t *testing.T) {
+	w := New(None, "default", 1, time.Second)
 	for status, body := range map[int]string{
 		http.StatusTooManyRequests:    "too many requests\n",
 		http.StatusServiceUnavailable: "service unavailable\n",
@@ -119,18 +119,34 @@ func TestWriteRefusal(t *testing.T) {
 		599:                           "status 599\n",
 	} {
 		h := http.Header{"Content-Length": {"3"}}
-		got := w.WriteRefusal(h, status)
-		checkHeader(t, strconv.Itoa(status), h, http.Header{"Content-Type": {"text/plain; charset=utf-8"}, "X-Content-Type-Options": {"nosniff"}})
+		got := w.WriteDenied(h, State{Denied: true, Never: true}, status)
+		checkHeader(t, strconv.Itoa(status), h, http.Header{"Cache-Control": {"no-store"}, "Content-Type": {"text/plain; charset=utf-8"}, "X-Content-Type-Options": {"nosniff"}})
 		if string(got) != body {
 			t.Errorf("%d: body %q, want %q", status, got, body)
 		}
 	}
 }
 
-func TestWriteUnavailable(t *testing.T) {
-	h := http.Header{}
-	New(Draft, "default", 1, time.Second).WriteUnavailable(h)
-	checkHeader(t, "unavailable", h, http.Header{"Retry-After": {"1"}, "Cache-Control": {"no-store"}})
+// An unknown quota (the store failed under FailOpen or FailClosed) gets no
+// quota fields in any style: nothing when allowed; Retry-After and
+// Cache-Control when denied (FailClosed's 503), and no Retry-After for a
+// cost over the burst.
+func TestUnknownQuotaWritesNoQuotaFields(t *testing.T) {
+	for _, style := range []uint8{Draft, XRateLimit, None} {
+		w := New(style, "default", 10, time.Second)
+		h := http.Header{}
+		w.Write(h, State{Unknown: true, Remaining: 5, ResetAfter: time.Second})
+		checkHeader(t, fmt.Sprint("allowed, style ", style), h, http.Header{})
+		h = http.Header{}
+		body := w.WriteDenied(h, State{Unknown: true, RetryAfter: time.Second, Denied: true}, http.StatusServiceUnavailable)
+		checkHeader(t, fmt.Sprint("503, style ", style), h, http.Header{"Retry-After": {"1"}, "Cache-Control": {"no-store"}, "Content-Type": {"text/plain; charset=utf-8"}, "X-Content-Type-Options": {"nosniff"}})
+		if string(body) != "service unavailable\n" {
+			t.Errorf("style %d: body %q", style, body)
+		}
+		h = http.Header{}
+		w.WriteDenied(h, State{Unknown: true, Denied: true, Never: true}, http.StatusRequestEntityTooLarge)
+		checkHeader(t, fmt.Sprint("413, style ", style), h, http.Header{"Cache-Control": {"no-store"}, "Content-Type": {"text/plain; charset=utf-8"}, "X-Content-Type-Options": {"nosniff"}})
+	}
 }
 
 func TestNewRejectsWhatTheCallerMustValidate(t *testing.T) {
