@@ -49,11 +49,13 @@ type Decision struct {
 	// Cost is the number of tokens the request costs (1 unless WithCost or
 	// AllowKey say otherwise).
 	Cost int
-	// Limit is the bucket capacity (the burst); Remaining the whole tokens
-	// left after this request.
+	// Limit is the bucket's capacity, its burst (the name follows the
+	// RateLimit and X-RateLimit-Limit fields, which advertise it), or 0 when
+	// the quota is unknown: the Store failed and FailOpen or FailClosed
+	// decided. Remaining is the whole tokens left after this request.
 	Limit, Remaining int
 	// RetryAfter is, for a Limited request, when to retry (zero for a cost
-	// over the burst, Cost > Limit, which no wait makes possible); for an
+	// over the burst, ErrCostOverBurst, which no wait makes possible); for an
 	// allowed one, the time until the bucket holds a whole token again, which
 	// is zero while Remaining > 0.
 	RetryAfter time.Duration

@@ -25,7 +25,7 @@ var (
 	ErrInvalidCost = errors.New("addrlimit: cost must be at least 1")
 	// ErrCostOverBurst: a cost larger than the policy's burst, which no bucket
 	// can ever pay; the request was refused and charged nothing. Its Decision
-	// has Cost > Limit and a zero RetryAfter, and Handler answers 413 Content
+	// has Cost above Limit and a zero RetryAfter, and Handler answers 413 Content
 	// Too Large without Retry-After (see WithCost).
 	ErrCostOverBurst = errors.New("addrlimit: cost exceeds the burst")
 )

@@ -124,9 +124,10 @@ func WithPolicySelector(f PolicySelector) Option {
 // A cost above the policy's burst can never be paid: the request is refused
 // with ErrCostOverBurst and charged nothing. Handler answers it 413 Content
 // Too Large, without Retry-After (no wait makes it possible; a 413 tells the
-// client to send less), while the quota fields still describe the bucket. A WithDeniedHandler handler recognises the case by Decision.Cost >
-// Decision.Limit. A cost below 1 is charged as 1 and reported as
-// ErrInvalidCost; it is never a refund.
+// client to send less), while the quota fields still describe the bucket.
+// A WithDeniedHandler handler recognises the case by
+// errors.Is(d.Err, addrlimit.ErrCostOverBurst). A cost below 1 is charged
+// as 1 and reported as ErrInvalidCost; it is never a refund.
 func WithCost(f func(r *http.Request) int) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -208,8 +209,8 @@ func WithExempt(f func(*http.Request) bool) Option {
 // WithDeniedHandler replaces the body and status of denied responses (by
 // default 429 with a short plain-text body, or 503 when the store failed
 // under FailClosed). When h runs, the quota fields, Retry-After (except for
-// a cost over the burst, Decision.Cost > Decision.Limit: see WithCost) and
-// Cache-Control are already set, and DecisionFromContext(r.Context()) returns
+// a cost over the burst, errors.Is(d.Err, ErrCostOverBurst): see WithCost)
+// and Cache-Control are already set, and DecisionFromContext(r.Context()) returns
 // the Decision. h must not reveal Decision.Err to the client.
 func WithDeniedHandler(h http.Handler) Option {
 	return func(c *config) error {
