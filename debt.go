@@ -131,6 +131,3 @@ func (r *debtRecord) cancel(key string, n int) {
 		r.m[key] = e
 	}
 }
-
-// len returns how many keys owe tokens.
-func (r *debtRecord) len() int { return int(r.n.Load()) }

@@ -15,7 +15,7 @@ func TestDebtRecordIsBounded(t *testing.T) {
 	for i := range maxDebtKeys + 1000 {
 		r.add("198.51.100."+strconv.Itoa(i), 1, 0, tau, 10)
 	}
-	if got := r.len(); got != maxDebtKeys {
+	if got := int(r.n.Load()); got != maxDebtKeys {
 		t.Fatalf("%d keys owe, want the bound %d", got, maxDebtKeys)
 	}
 	if got, _ := r.take("198.51.100."+strconv.Itoa(maxDebtKeys+1), 0, tau); got != 0 {
@@ -27,7 +27,7 @@ func TestDebtRecordIsBounded(t *testing.T) {
 	}
 	// One refill time later every debt has expired: a new key sweeps them.
 	r.add("new", 1, tau+1, tau, 10)
-	if got := r.len(); got != 1 {
+	if got := int(r.n.Load()); got != 1 {
 		t.Fatalf("%d keys owe after the sweep, want 1", got)
 	}
 	if got, _ := r.take("new", tau+1, tau); got != 1 {
@@ -58,7 +58,7 @@ func TestDebtRecordCapsAndExpires(t *testing.T) {
 	}
 	r.add("k", 3, 0, tau, 10)
 	r.cancel("k", -1)
-	if got := r.len(); got != 0 {
+	if got := int(r.n.Load()); got != 0 {
 		t.Fatalf("%d keys owe after a reset", got)
 	}
 }

@@ -43,11 +43,11 @@ type Decision struct {
 	// Key is the bucket the request was charged to (UnkeyedKey when it had
 	// none). Treat it as personal data: it is usually a client address.
 	// Handler fills it in only when something reads it (an observer, a
-	// WithDeniedHandler handler, WithDecisionInContext); Allow and AllowKey
-	// always do.
+	// WithDeniedHandler handler, WithDecisionInContext); Allow, AllowAs and
+	// AllowKey always do.
 	Key string
-	// Cost is the number of tokens the request costs (1 unless WithCost or
-	// AllowKey say otherwise).
+	// Cost is the number of tokens the request costs (1 unless WithCost,
+	// AllowAs or AllowKey say otherwise).
 	Cost int
 	// Limit is the bucket's capacity, its burst (the name follows the
 	// RateLimit and X-RateLimit-Limit fields, which advertise it), or 0 when

@@ -27,9 +27,11 @@
 //     clean is charged to a fallback ([UnkeyedKey], the default policy, one
 //     token) or refused, and [Decision].Err says why; a [Store] failure is
 //     decided by the [FailurePolicy] you chose.
-//   - Limited requests get 429 with Retry-After; every counted response
-//     carries RateLimit and RateLimit-Policy fields ([HeaderStyle]). The
-//     responses the package writes never echo a token, a key or an error.
+//   - Limited requests get 429 with Retry-After; counted responses carry
+//     RateLimit and RateLimit-Policy fields ([HeaderStyle]; none under
+//     HeaderNone, or when the store failed under FailOpen or FailClosed).
+//     The responses the package writes never echo a token, a key or an
+//     error.
 //   - Memory is bounded per policy ([WithMaxKeys]). Past the bound decisions
 //     may limit more than the bucket would, never less: no key is handed a
 //     fuller bucket than it had.
@@ -113,6 +115,9 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		if err := o(&c); err != nil {
 			return nil, err
 		}
+	}
+	if c.failSet && c.store == nil {
+		return nil, errors.New("addrlimit: WithStoreFailure needs WithStore")
 	}
 	def, err := newPolicy(c.name, limit, c.burst, per)
 	if err != nil {
@@ -279,8 +284,8 @@ func (l *Limiter) AllowAs(r *http.Request, policy string, key KeyFunc, n int) De
 
 // AllowKey charges n tokens to key under the named policy ("" for the
 // default one) and tells the observers (with a nil *http.Request): the
-// decision of Handler, for job queues, gRPC interceptors and other callers
-// without an HTTP request. It shares the store, the failure policy, the
+// decision of Handler, for job queues and other callers without an HTTP
+// request. It shares the store, the failure policy, the
 // counters and the observers with Handler. Exemption does not apply.
 //
 // Bad input never skips the limit: an unknown policy is charged to the

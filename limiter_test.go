@@ -312,6 +312,8 @@ func TestNewErrors(t *testing.T) {
 		{"nil option", 10, time.Minute, []addrlimit.Option{valid, nil}, "option 2 is nil"},
 		{"unknown header style", 10, time.Minute, []addrlimit.Option{addrlimit.WithHeaders(9)}, "unknown header style"},
 		{"unknown failure policy", 10, time.Minute, []addrlimit.Option{addrlimit.WithStoreFailure(9)}, "unknown failure policy"},
+		{"failure policy without a store", 10, time.Minute, []addrlimit.Option{addrlimit.WithStoreFailure(addrlimit.FailClosed)}, "WithStoreFailure needs WithStore"},
+		{"default failure policy without a store", 10, time.Minute, []addrlimit.Option{addrlimit.WithStoreFailure(addrlimit.FailLocal)}, "WithStoreFailure needs WithStore"},
 		{"empty name", 10, time.Minute, []addrlimit.Option{addrlimit.WithName("")}, "policy name is empty"},
 		{"name with a quote", 10, time.Minute, []addrlimit.Option{addrlimit.WithName(`a"b`)}, "outside A-Z"},
 		{"name with a colon", 10, time.Minute, []addrlimit.Option{addrlimit.WithName("a:b")}, "outside A-Z"},

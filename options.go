@@ -29,6 +29,7 @@ type config struct {
 	store     Store
 	headers   HeaderStyle
 	failure   FailurePolicy
+	failSet   bool // WithStoreFailure was given
 
 	decisionInContext bool
 }
@@ -356,13 +357,14 @@ func (p FailurePolicy) String() string {
 
 // WithStoreFailure sets what happens when the Store returns an error; the
 // default is FailLocal. Either way the Decision has Err and Degraded set, so
-// observers see every failure; no error text reaches the client.
+// observers see every failure; no error text reaches the client. It needs
+// WithStore (the in-memory buckets never fail): New refuses it without.
 func WithStoreFailure(p FailurePolicy) Option {
 	return func(c *config) error {
 		if p > FailClosed {
 			return fmt.Errorf("addrlimit: unknown failure policy %d", p)
 		}
-		c.failure = p
+		c.failure, c.failSet = p, true
 		return nil
 	}
 }

@@ -53,7 +53,7 @@ func (ps *policyState) state(d *Decision) headers.State {
 // refused the request: then do not serve it (in gin, c.Abort()). r is the
 // request being answered (a WithDeniedHandler handler gets it).
 //
-// d must be a decision of this Limiter (Allow or AllowKey). One of a policy
+// d must be a decision of this Limiter (Allow, AllowAs or AllowKey). One of a policy
 // the Limiter does not have gets no quota fields, and if denied, the 503
 // refusal of an unknown quota: it is still refused.
 func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (refused bool) {
