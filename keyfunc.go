@@ -13,7 +13,7 @@ import (
 // error ErrEmptyKey). With a non-nil error and an empty key, the request is
 // charged to the shared bucket UnkeyedKey: a KeyFunc failure is never a
 // bypass. With a non-nil error and a non-empty key, the key is used and the
-// error is reported to observers as a warning (Decision.Err); TrustedProxyKey
+// error is reported to observers as a warning (Decision.Err); TrustedProxies.Key
 // does this when a proxy header is malformed. Error texts never reach the
 // client.
 //
@@ -30,7 +30,7 @@ const UnkeyedKey = "addrlimit:unkeyed"
 // RemoteAddrKey is the default KeyFunc: the connection's peer address, from
 // r.RemoteAddr, normalised by AddrKey (port ignored). It never reads a header,
 // so a client cannot choose its key; behind a proxy, every client shares the
-// proxy's key, so use TrustedProxyKey there. Its error is ErrNoClientAddress.
+// proxy's key, so use TrustedProxies.Key there. Its error is ErrNoClientAddress.
 //
 // A Limiter without WithKeyFunc computes exactly this key without
 // allocating; giving it explicitly changes nothing but speed.

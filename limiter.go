@@ -19,7 +19,7 @@
 //     wrong, forged or retired token gets no pass: it is charged like any
 //     other request.
 //   - Each key (by default the peer address from RemoteAddr, IPv6 grouped by
-//     /64; behind proxies see [TrustedProxyKey]) gets a bucket of burst
+//     /64; behind proxies see [TrustedProxies.Key]) gets a bucket of burst
 //     tokens (default: limit) refilled at limit per period: 300 per minute
 //     means 300 at once, then one more every 200 ms. The decisions are those
 //     of golang.org/x/time/rate's rate.NewLimiter(rate.Every(per/limit), burst).

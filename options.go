@@ -166,7 +166,7 @@ func WithRefund(f func(status int) bool) Option {
 }
 
 // WithKeyFunc sets how requests map to buckets. The default, RemoteAddrKey,
-// keys by the connection's peer address; behind proxies use TrustedProxyKey.
+// keys by the connection's peer address; behind proxies use TrustedProxies.Key.
 func WithKeyFunc(f KeyFunc) Option {
 	return func(c *config) error {
 		if f == nil {

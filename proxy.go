@@ -78,18 +78,6 @@ func NewTrustedProxies(header string, trusted ...netip.Prefix) (*TrustedProxies,
 	return t, nil
 }
 
-// TrustedProxyKey returns a KeyFunc that keys requests by the client address
-// that NewTrustedProxies(header, trusted...) resolves, normalised by AddrKey.
-// A malformed header yields the nearest trusted hop's key together with a
-// warning error, which the Limiter reports to observers as Decision.Err.
-func TrustedProxyKey(header string, trusted ...netip.Prefix) (KeyFunc, error) {
-	t, err := NewTrustedProxies(header, trusted...)
-	if err != nil {
-		return nil, err
-	}
-	return t.Key, nil
-}
-
 // WithUnixSocket returns a copy of t that also trusts a peer connected over
 // a Unix socket: for a server that a reverse proxy on the same machine
 // reaches through a socket file. Such a request has no peer address
@@ -167,7 +155,11 @@ func unixPeer(r *http.Request) bool {
 	return ra == "" || ra == "@" || strings.HasPrefix(ra, "/")
 }
 
-// Key is a KeyFunc: AddrKey of ClientAddr.
+// Key is the KeyFunc of requests behind the proxies,
+// WithKeyFunc(t.Key): AddrKey of ClientAddr, so the key and the address a
+// handler logs come from one configuration. A malformed header yields the
+// nearest trusted hop's key together with a warning error, which the
+// Limiter reports to observers as Decision.Err.
 func (t *TrustedProxies) Key(r *http.Request) (string, error) {
 	a, err := t.ClientAddr(r)
 	return AddrKey(a), err
