@@ -97,9 +97,7 @@ func (ps *policyState) tau() int64 { return int64(ps.Burst) * int64(ps.Interval)
 // DefaultMaxKeys is the default capacity of each policy's exact bucket table
 // (WithMaxKeys). Refilled buckets are dropped, so the table holds only the
 // clients seen within one full refill time (60 s for 300/min): this many is
-// far beyond normal load. README "Memory" gives its cost (about 23 MB full,
-// checked by TestDefaultMaxKeysMemory; about 108 B per key of capacity with
-// the approximate memory an address flood adds).
+// far beyond normal load. README "Memory" gives its cost.
 const DefaultMaxKeys = 1 << 20
 
 // New returns a Limiter whose default policy lets each key make limit
@@ -175,8 +173,8 @@ func newPolicy(name string, limit, burst int, per time.Duration) (Policy, error)
 	return p, p.Validate()
 }
 
-// Policies returns the limiter's policies: the default one first, then the
-// named ones in the order of their WithPolicy options.
+// Policies returns a copy of the limiter's policies: the default one first,
+// then the named ones in the order of their WithPolicy options.
 func (l *Limiter) Policies() []Policy {
 	out := make([]Policy, len(l.policies))
 	for i, ps := range l.policies {
@@ -286,7 +284,10 @@ func (l *Limiter) AllowAs(r *http.Request, policy string, key KeyFunc, n int) De
 // default one) and tells the observers (with a nil *http.Request): the
 // decision of Handler, for job queues and other callers without an HTTP
 // request. It shares the store, the failure policy, the
-// counters and the observers with Handler. Exemption does not apply.
+// counters and the observers with Handler. Exemption does not apply. The
+// Store gets ctx's values but not its cancellation or deadline: the store's
+// own timeout bounds the call, so a caller that gives up never gets the
+// failure policy for it.
 //
 // Bad input never skips the limit: an unknown policy is charged to the
 // default one (ErrUnknownPolicy), an empty key to UnkeyedKey (ErrEmptyKey),

@@ -148,10 +148,9 @@ func WithCost(f func(r *http.Request) int) Option {
 // returns, and never fills a bucket above its burst. The status is the first
 // final one the handler wrote through the ResponseWriter it was given (101
 // for a connection hijacked before any status). A request whose handler
-// wrote nothing there is never refunded and f is not called: frameworks that
-// write the response elsewhere (gin's own writer) or after the middleware
-// returned (echo's error handler) would otherwise have every failure taken
-// for a 200 and refunded. A handler that panics is not refunded either. The
+// wrote nothing there is never refunded and f is not called (README
+// "Frameworks": gin and echo may write elsewhere or later). A handler that
+// panics is not refunded either. The
 // ResponseWriter the handler gets keeps http.Flusher, http.Hijacker and
 // io.ReaderFrom working and supports http.ResponseController through Unwrap.
 // Allow and AllowKey never refund on their own; see Limiter.Refund.
@@ -290,14 +289,22 @@ const (
 	// not the limit (60 per minute with a burst of 10 sends q=10;w=10), as
 	// the draft's token-bucket mapping says; a denied response's Retry-After
 	// describes the request (its wait for its cost).
-	HeaderDraft HeaderStyle = headers.Draft
+	HeaderDraft HeaderStyle = iota
 	// HeaderXRateLimit sends the de facto fields X-RateLimit-Limit (the burst),
 	// X-RateLimit-Remaining, and X-RateLimit-Reset in seconds until the bucket
 	// is full again (a delay, not a timestamp).
-	HeaderXRateLimit HeaderStyle = headers.XRateLimit
+	HeaderXRateLimit
 	// HeaderNone sends no quota fields. Denied responses still carry
 	// Retry-After and Cache-Control: no-store.
-	HeaderNone HeaderStyle = headers.None
+	HeaderNone
+)
+
+// The header writer numbers its styles as HeaderStyle does: a mismatch
+// fails to compile (an array of length other than 0, or a negative one).
+var (
+	_ [HeaderDraft - headers.Draft]struct{}           = [0]struct{}{}
+	_ [HeaderXRateLimit - headers.XRateLimit]struct{} = [0]struct{}{}
+	_ [HeaderNone - headers.None]struct{}             = [0]struct{}{}
 )
 
 // String returns "draft", "x-ratelimit" or "none".

@@ -31,7 +31,9 @@ import (
 //     reported as a warning error. So is a trusted peer that sent no header.
 //
 // At most 64 trusted hops are walked, so a header of thousands of elements
-// costs no more than a short one.
+// costs no more than a short one. Build it with NewTrustedProxies: the zero
+// TrustedProxies trusts no proxy, so ClientAddr and Key give the peer
+// address (Key is then RemoteAddrKey) and read no header.
 type TrustedProxies struct {
 	header  string // canonical
 	format  clientip.Format

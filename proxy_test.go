@@ -402,3 +402,16 @@ func TestProxyWarningsMatchErrProxyHeader(t *testing.T) {
 		assert.NotContains(t, err.Error(), "garbage", "header content never appears in errors")
 	}
 }
+
+// The zero TrustedProxies trusts no proxy: it keys by the peer, as
+// RemoteAddrKey does, whatever header the client sends.
+func TestZeroTrustedProxiesIsRemoteAddrKey(t *testing.T) {
+	var zero addrlimit.TrustedProxies
+	for _, remote := range []string{"192.0.2.1:1", "[2001:db8:1:2::9]:1", "@"} {
+		r := req(remote, "X-Forwarded-For", "203.0.113.9", "Forwarded", "for=203.0.113.9")
+		got, gotErr := zero.Key(r)
+		want, wantErr := addrlimit.RemoteAddrKey(r)
+		assert.Equal(t, want, got, remote)
+		assert.Equal(t, wantErr, gotErr, remote)
+	}
+}
