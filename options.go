@@ -153,7 +153,7 @@ func WithCost(f func(r *http.Request) int) Option {
 // panics is not refunded either. The
 // ResponseWriter the handler gets keeps http.Flusher, http.Hijacker and
 // io.ReaderFrom working and supports http.ResponseController through Unwrap.
-// Allow and AllowKey never refund on their own; see Limiter.Refund.
+// Allow, AllowAs and AllowKey never refund on their own; see Limiter.Refund.
 func WithRefund(f func(status int) bool) Option {
 	return func(c *config) error {
 		if f == nil {
