@@ -2,6 +2,7 @@ package addrlimit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -79,12 +80,47 @@ func TestCostOutOfRange(t *testing.T) {
 				assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
 				assert.Equal(t, "content too large\n", w.Body.String())
 				assert.Zero(t, got.RetryAfter, "Decision.RetryAfter of a cost over the burst")
-				assert.Greater(t, got.Cost, got.Limit, "the decision tells a cost over the burst by Cost > Limit")
+				assert.Greater(t, got.Cost, got.Limit, "Limit is the burst, which the cost exceeds")
 			}
 			d := lim.Allow(req("192.0.2.1:1"))
 			assert.Equal(t, 10-tc.charged-1, d.Remaining, "charged %d", tc.charged)
 		})
 	}
+}
+
+// The documented recipe, errors.Is(d.Err, ErrCostOverBurst), tells a cost
+// over the burst from the 503 of FailClosed, whose unknown quota (Limit 0)
+// would pass Cost > Limit.
+func TestDeniedHandlerTellsCostOverBurstFromFailClosed(t *testing.T) {
+	s := newFailingStore()
+	type seen struct {
+		overBurst bool
+		d         addrlimit.Decision
+	}
+	var got []seen
+	lim := mustNew(t, 5, time.Minute, addrlimit.WithStore(s), addrlimit.WithStoreFailure(addrlimit.FailClosed),
+		addrlimit.WithCost(costFromHeader),
+		addrlimit.WithDeniedHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			d, _ := addrlimit.DecisionFromContext(r.Context())
+			got = append(got, seen{errors.Is(d.Err, addrlimit.ErrCostOverBurst), d})
+			w.WriteHeader(http.StatusTooManyRequests)
+		})))
+	h := lim.Handler(okHandler)
+	s.down.Store(true)
+	serve(h, req("192.0.2.1:1"))                // FailClosed
+	serve(h, req("192.0.2.1:1", "X-Cost", "6")) // over the burst, store down
+	s.down.Store(false)
+	serve(h, req("192.0.2.1:1", "X-Cost", "6")) // over the burst
+	require.Len(t, got, 3)
+	assert.False(t, got[0].overBurst, "a FailClosed denial is not a cost over the burst: %+v", got[0].d)
+	assert.True(t, got[0].d.Degraded)
+	assert.Zero(t, got[0].d.Limit, "the quota is unknown")
+	assert.Greater(t, got[0].d.Cost, got[0].d.Limit, "why Cost > Limit is not the recipe")
+	for _, g := range got[1:] {
+		assert.True(t, g.overBurst, "a cost over the burst: %+v", g.d)
+	}
+	assert.Zero(t, got[1].d.Limit, "store down under FailClosed: the quota is unknown")
+	assert.Equal(t, 5, got[2].d.Limit, "Limit is the burst")
 }
 
 func TestCostOverBurstFromAllowKeyAndDeniedHandler(t *testing.T) {

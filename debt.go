@@ -58,9 +58,11 @@ type debt struct {
 	at     int64 // limiter time (ns since its epoch) of the latest charge
 }
 
-// add records n more tokens of debt for key at now. tau is the policy's
-// full refill time in ns; a key's debt is capped at 2 × burst.
-func (r *debtRecord) add(key string, n int, now, tau int64, burst int) {
+// add records n more tokens of debt for key, charged at at (now, or the
+// time of a debt given back after a failed payment, which keeps its age).
+// tau is the policy's full refill time in ns; a key's debt is capped at
+// 2 × burst and dated by its latest charge.
+func (r *debtRecord) add(key string, n int, at, tau int64, burst int) {
 	if len(key) > maxDebtKeyLen {
 		return
 	}
@@ -68,12 +70,12 @@ func (r *debtRecord) add(key string, n int, now, tau int64, burst int) {
 	defer r.mu.Unlock()
 	e, ok := r.m[key]
 	if !ok && len(r.m) >= maxDebtKeys {
-		if now < r.nextSweep {
+		if at < r.nextSweep {
 			return
 		}
-		r.nextSweep = now + tau
+		r.nextSweep = at + tau
 		for k, e := range r.m {
-			if now-e.at > tau {
+			if at-e.at > tau {
 				delete(r.m, k)
 			}
 		}
@@ -85,28 +87,29 @@ func (r *debtRecord) add(key string, n int, now, tau int64, burst int) {
 	if r.m == nil {
 		r.m = make(map[string]debt)
 	}
-	r.m[key] = debt{tokens: min(e.tokens+n, 2*burst), at: now}
+	r.m[key] = debt{tokens: min(e.tokens+n, 2*burst), at: max(e.at, at)}
 	r.n.Store(int32(len(r.m)))
 }
 
-// take removes key's debt and returns it: 0 if there is none, or if the
-// latest charge is more than tau old (the store's bucket has refilled since).
-func (r *debtRecord) take(key string, now, tau int64) int {
+// take removes key's debt and returns it with the time of its latest
+// charge: 0 tokens if there is none, or if that charge is more than tau old
+// (the store's bucket has refilled since).
+func (r *debtRecord) take(key string, now, tau int64) (tokens int, at int64) {
 	if r.n.Load() == 0 {
-		return 0
+		return 0, 0
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.m[key]
 	if !ok {
-		return 0
+		return 0, 0
 	}
 	delete(r.m, key)
 	r.n.Store(int32(len(r.m)))
 	if now-e.at > tau {
-		return 0
+		return 0, 0
 	}
-	return e.tokens
+	return e.tokens, e.at
 }
 
 // cancel removes up to n tokens of key's debt: a refund of what the local
@@ -128,6 +131,3 @@ func (r *debtRecord) cancel(key string, n int) {
 		r.m[key] = e
 	}
 }
-
-// len returns how many keys owe tokens.
-func (r *debtRecord) len() int { return int(r.n.Load()) }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/addrlimit/addrlimit"
@@ -149,4 +150,28 @@ func TestARefundedLocalDecisionOwesNothing(t *testing.T) {
 	if got := s.told(); len(got) != 1 || got[0] != 1 {
 		t.Fatalf("debts told %v, want [1]", got)
 	}
+}
+
+// A debt expires one full refill after its latest charge, however many
+// payments fail in between: a failed payment gives it back with its age.
+func TestADebtExpiresOneRefillAfterItsChargeThroughFailedPayments(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &debtStore{Store: addrlimit.NewTestMemoryStore(100)}
+		lim := mustNew(t, 1, time.Hour, addrlimit.WithStore(s)) // burst 1: a full refill is 1 h
+		r := req("192.0.2.1:1")
+		s.setDown(true)
+		if d := lim.Allow(r); d.Outcome != addrlimit.Allowed || !d.Degraded {
+			t.Fatalf("decision %+v, want allowed by the local fallback", d)
+		}
+		time.Sleep(30 * time.Minute)
+		if d := lim.Allow(r); d.Outcome != addrlimit.Limited || !d.Degraded {
+			t.Fatalf("decision %+v, want limited by the local fallback (no new debt)", d)
+		}
+		time.Sleep(31 * time.Minute) // 61 min after the charge, 31 after the failed payment
+		s.setDown(false)
+		lim.Allow(r)
+		if got := s.told(); len(got) != 0 {
+			t.Fatalf("debts told %v: a debt older than a full refill was paid", got)
+		}
+	})
 }

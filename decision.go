@@ -42,17 +42,19 @@ type Decision struct {
 	// Key is the bucket the request was charged to (UnkeyedKey when it had
 	// none). Treat it as personal data: it is usually a client address.
 	// Handler fills it in only when something reads it (an observer, a
-	// WithDeniedHandler handler, WithDecisionInContext); Allow and AllowKey
-	// always do.
+	// WithDeniedHandler handler, WithDecisionInContext); Allow, AllowAs and
+	// AllowKey always do.
 	Key string
-	// Cost is the number of tokens the request costs (1 unless WithCost or
-	// AllowKey say otherwise).
+	// Cost is the number of tokens the request costs (1 unless WithCost,
+	// AllowAs or AllowKey say otherwise).
 	Cost int
-	// Limit is the bucket capacity (the burst); Remaining the whole tokens
-	// left after this request.
+	// Limit is the bucket's capacity, its burst (the name follows the
+	// RateLimit and X-RateLimit-Limit fields, which advertise it), or 0 when
+	// the quota is unknown: the Store failed and FailOpen or FailClosed
+	// decided. Remaining is the whole tokens left after this request.
 	Limit, Remaining int
 	// RetryAfter is, for a Limited request, when to retry (zero for a cost
-	// over the burst, Cost > Limit, which no wait makes possible); for an
+	// over the burst, ErrCostOverBurst, which no wait makes possible); for an
 	// allowed one, the time until the bucket holds a whole token again, which
 	// is zero while Remaining > 0.
 	RetryAfter time.Duration
@@ -91,9 +93,8 @@ func DecisionFromContext(ctx context.Context) (Decision, bool) {
 // request's context, with Key filled in: for handlers that show it (a status
 // endpoint, the quota in a JSON body) through DecisionFromContext. Exempt
 // requests still reach the next handler untouched. It costs each counted
-// request the context value, the request copy and the key string (4
-// allocations, see BenchmarkAllowedOptions/decision-in-context); without it the
-// context is left alone.
+// request the context value, the request copy and the key string (README
+// "Frameworks" gives the figures); without it the context is left alone.
 func WithDecisionInContext() Option {
 	return func(c *config) error {
 		c.decisionInContext = true

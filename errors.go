@@ -9,23 +9,24 @@ var (
 	// ErrNoClientAddress: RemoteAddr holds no IP address (a Unix socket peer,
 	// say), so the request was charged to the shared UnkeyedKey bucket.
 	ErrNoClientAddress = errors.New("addrlimit: RemoteAddr is not an IP address")
-	// ErrEmptyKey: a KeyFunc, a policy selector or an AllowKey caller gave an
-	// empty key; the request was charged to UnkeyedKey.
+	// ErrEmptyKey: a KeyFunc, a policy selector, or an AllowAs or AllowKey
+	// caller gave an empty key; the request was charged to UnkeyedKey.
 	ErrEmptyKey = errors.New("addrlimit: empty key")
 	// ErrProxyHeader: the trusted proxies' header was missing, malformed or
 	// longer than addrlimit walks. The request was charged to the nearest
 	// trusted hop, never to anything a client wrote. It means the proxies or
 	// the trusted ranges are misconfigured.
 	ErrProxyHeader = errors.New("addrlimit: proxy header")
-	// ErrUnknownPolicy: a policy selector or an AllowKey caller named a policy
-	// the Limiter does not have; the request was charged to the default policy.
+	// ErrUnknownPolicy: a policy selector, or an AllowAs or AllowKey caller,
+	// named a policy the Limiter does not have; the request was charged to the
+	// default policy.
 	ErrUnknownPolicy = errors.New("addrlimit: unknown policy")
-	// ErrInvalidCost: a cost below 1 (from WithCost or AllowKey); the request
-	// was charged 1 token.
+	// ErrInvalidCost: a cost below 1 (from WithCost, AllowAs or AllowKey);
+	// the request was charged 1 token.
 	ErrInvalidCost = errors.New("addrlimit: cost must be at least 1")
 	// ErrCostOverBurst: a cost larger than the policy's burst, which no bucket
 	// can ever pay; the request was refused and charged nothing. Its Decision
-	// has Cost > Limit and a zero RetryAfter, and Handler answers 413 Content
+	// has Cost above Limit and a zero RetryAfter, and Handler answers 413 Content
 	// Too Large without Retry-After (see WithCost).
 	ErrCostOverBurst = errors.New("addrlimit: cost exceeds the burst")
 )

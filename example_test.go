@@ -174,11 +174,12 @@ func ExampleWithKeyFunc() {
 // Behind a load balancer in 10.0.0.0/8 that appends to X-Forwarded-For, the
 // client is the first untrusted address from the right; whatever the client
 // wrote further left is ignored.
-func ExampleTrustedProxyKey() {
-	kf, err := addrlimit.TrustedProxyKey("X-Forwarded-For", netip.MustParsePrefix("10.0.0.0/8"))
+func ExampleTrustedProxies_Key() {
+	proxies, err := addrlimit.NewTrustedProxies("X-Forwarded-For", netip.MustParsePrefix("10.0.0.0/8"))
 	if err != nil {
 		panic(err)
 	}
+	kf := proxies.Key // addrlimit.WithKeyFunc(proxies.Key)
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "10.0.0.1:55000"                                   // the load balancer
 	r.Header.Set("X-Forwarded-For", "6.6.6.6, 203.0.113.9, 10.0.0.2") // spoofed, client, inner proxy

@@ -26,12 +26,10 @@ const (
 // logs, URLs and client-side code) and rotate it by configuring the new
 // secret next to the old one until every caller has switched.
 //
-// An InternalToken keeps only SHA-256 digests of its secrets, behind a
-// pointer, and prints as "InternalToken(N secrets)" whatever the fmt verb or
-// slog handler, as a value or a pointer, so it cannot leak them into a log;
-// a struct that holds it in an unexported field, where fmt cannot call its
-// methods, shows that pointer's address and no digest. The zero
-// InternalToken matches nothing. It is immutable and safe for concurrent
+// An InternalToken keeps only SHA-256 digests of its secrets, and no fmt
+// verb or slog handler prints them: it prints as "InternalToken(N secrets)",
+// or as an address inside an unexported field. The zero InternalToken
+// matches nothing. It is immutable and safe for concurrent
 // use.
 type InternalToken struct {
 	s *tokenSecrets

@@ -13,7 +13,7 @@ import (
 // error ErrEmptyKey). With a non-nil error and an empty key, the request is
 // charged to the shared bucket UnkeyedKey: a KeyFunc failure is never a
 // bypass. With a non-nil error and a non-empty key, the key is used and the
-// error is reported to observers as a warning (Decision.Err); TrustedProxyKey
+// error is reported to observers as a warning (Decision.Err); TrustedProxies.Key
 // does this when a proxy header is malformed. Error texts never reach the
 // client.
 //
@@ -30,7 +30,7 @@ const UnkeyedKey = "addrlimit:unkeyed"
 // RemoteAddrKey is the default KeyFunc: the connection's peer address, from
 // r.RemoteAddr, normalised by AddrKey (port ignored). It never reads a header,
 // so a client cannot choose its key; behind a proxy, every client shares the
-// proxy's key, so use TrustedProxyKey there. Its error is ErrNoClientAddress.
+// proxy's key, so use TrustedProxies.Key there. Its error is ErrNoClientAddress.
 //
 // A Limiter without WithKeyFunc computes exactly this key without
 // allocating; giving it explicitly changes nothing but speed.
@@ -63,16 +63,11 @@ func peerAddr(r *http.Request) (netip.Addr, error) {
 
 // AddrKey returns the bucket key of address a: an IPv4 address as itself
 // ("192.0.2.1"), also when written as IPv4-mapped IPv6 ("::ffff:192.0.2.1")
-// or through the NAT64 well-known prefix of RFC 6052 ("64:ff9b::192.0.2.1",
-// how a NAT64 or SIIT gateway shows an IPv4 client to an IPv6 server: a /64
-// would put every such client in one bucket); any other IPv6 address as its
-// /64 ("2001:db8:1:2::/64"), since one subscriber is given at least a /64;
-// zones are ignored. It returns "" for the zero Addr. Addresses under a
-// network-specific NAT64 prefix (RFC 8215's 64:ff9b:1::/48, or an
-// operator's own) are grouped by /64 like any IPv6 address, since where they
-// carry the IPv4 bits depends on a prefix length only the operator knows; a
-// KeyFunc for such a network can extract the IPv4 address and key it with
-// AddrKey.
+// or under the NAT64 well-known prefix 64:ff9b::/96 ("64:ff9b::192.0.2.1");
+// any other IPv6 address, network-specific NAT64 prefixes included (README
+// "FAQ"), as its /64 ("2001:db8:1:2::/64"); zones are ignored. It returns ""
+// for the zero Addr.
+//
 // Custom KeyFuncs that derive addresses should key them with AddrKey, so that
 // one client cannot appear under several keys.
 func AddrKey(a netip.Addr) string {

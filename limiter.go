@@ -19,7 +19,7 @@
 //     wrong, forged or retired token gets no pass: it is charged like any
 //     other request.
 //   - Each key (by default the peer address from RemoteAddr, IPv6 grouped by
-//     /64; behind proxies see [TrustedProxyKey]) gets a bucket of burst
+//     /64; behind proxies see [TrustedProxies.Key]) gets a bucket of burst
 //     tokens (default: limit) refilled at limit per period: 300 per minute
 //     means 300 at once, then one more every 200 ms. The decisions are those
 //     of golang.org/x/time/rate's rate.NewLimiter(rate.Every(per/limit), burst).
@@ -27,9 +27,11 @@
 //     clean is charged to a fallback ([UnkeyedKey], the default policy, one
 //     token) or refused, and [Decision].Err says why; a [Store] failure is
 //     decided by the [FailurePolicy] you chose.
-//   - Limited requests get 429 with Retry-After; every counted response
-//     carries RateLimit and RateLimit-Policy fields ([HeaderStyle]). The
-//     responses the package writes never echo a token, a key or an error.
+//   - Limited requests get 429 with Retry-After; counted responses carry
+//     RateLimit and RateLimit-Policy fields ([HeaderStyle]; none under
+//     HeaderNone, or when the store failed under FailOpen or FailClosed).
+//     The responses the package writes never echo a token, a key or an
+//     error.
 //   - Memory is bounded per policy ([WithMaxKeys]). Past the bound decisions
 //     may limit more than the bucket would, never less: no key is handed a
 //     fuller bucket than it had.
@@ -54,9 +56,9 @@ import (
 // Limiter limits requests per key under one or more policies. Build it with
 // New; it is immutable and safe for concurrent use, and starts no goroutine.
 // A Limiter not built by New (the zero value, or a nil pointer) never lets a
-// request through unlimited: Handler, Allow, AllowAs, AllowKey and Respond
-// panic with "addrlimit: Limiter not built with New", and Peek and Reset
-// return that error.
+// request through unlimited: Handler, Allow, AllowAs, AllowKey, Respond and
+// Refund panic with "addrlimit: Limiter not built with New", and Peek and
+// Reset return that error.
 type Limiter struct {
 	policies  []*policyState // [0] is the default policy
 	byName    map[string]*policyState
@@ -93,9 +95,7 @@ func (ps *policyState) tau() int64 { return int64(ps.Burst) * int64(ps.Interval)
 // DefaultMaxKeys is the default capacity of each policy's exact bucket table
 // (WithMaxKeys). Refilled buckets are dropped, so the table holds only the
 // clients seen within one full refill time (60 s for 300/min): this many is
-// far beyond normal load. README "Memory" gives its cost (about 23 MB full,
-// checked by TestDefaultMaxKeysMemory; about 108 B per key of capacity with
-// the approximate memory an address flood adds).
+// far beyond normal load. README "Memory" gives its cost.
 const DefaultMaxKeys = 1 << 20
 
 // New returns a Limiter whose default policy lets each key make limit
@@ -111,6 +111,9 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		if err := o(&c); err != nil {
 			return nil, err
 		}
+	}
+	if c.failSet && c.store == nil {
+		return nil, errors.New("addrlimit: WithStoreFailure needs WithStore")
 	}
 	def, err := newPolicy(c.name, limit, c.burst, per)
 	if err != nil {
@@ -169,8 +172,8 @@ func newPolicy(name string, limit, burst int, per time.Duration) (Policy, error)
 	return p, p.Validate()
 }
 
-// Policies returns the limiter's policies: the default one first, then the
-// named ones in the order of their WithPolicy options.
+// Policies returns a copy of the limiter's policies: the default one first,
+// then the named ones in the order of their WithPolicy options.
 func (l *Limiter) Policies() []Policy {
 	out := make([]Policy, len(l.policies))
 	for i, ps := range l.policies {
@@ -257,9 +260,12 @@ func (l *Limiter) AllowAs(r *http.Request, policy string, key KeyFunc, n int) De
 
 // AllowKey charges n tokens to key under the named policy ("" for the
 // default one) and tells the observers (with a nil *http.Request): the
-// decision of Handler, for job queues, gRPC interceptors and other callers
-// without an HTTP request. It shares the store, the failure policy, the
-// counters and the observers with Handler. Exemption does not apply.
+// decision of Handler, for job queues and other callers without an HTTP
+// request. It shares the store, the failure policy, the
+// counters and the observers with Handler. Exemption does not apply. The
+// Store gets ctx's values but not its cancellation or deadline: the store's
+// own timeout bounds the call, so a caller that gives up never gets the
+// failure policy for it.
 //
 // Bad input never skips the limit: an unknown policy is charged to the
 // default one (ErrUnknownPolicy), an empty key to UnkeyedKey (ErrEmptyKey),

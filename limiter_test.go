@@ -312,6 +312,8 @@ func TestNewErrors(t *testing.T) {
 		{"nil option", 10, time.Minute, []addrlimit.Option{valid, nil}, "option 2 is nil"},
 		{"unknown header style", 10, time.Minute, []addrlimit.Option{addrlimit.WithHeaders(9)}, "unknown header style"},
 		{"unknown failure policy", 10, time.Minute, []addrlimit.Option{addrlimit.WithStoreFailure(9)}, "unknown failure policy"},
+		{"failure policy without a store", 10, time.Minute, []addrlimit.Option{addrlimit.WithStoreFailure(addrlimit.FailClosed)}, "WithStoreFailure needs WithStore"},
+		{"default failure policy without a store", 10, time.Minute, []addrlimit.Option{addrlimit.WithStoreFailure(addrlimit.FailLocal)}, "WithStoreFailure needs WithStore"},
 		{"empty name", 10, time.Minute, []addrlimit.Option{addrlimit.WithName("")}, "policy name is empty"},
 		{"name with a quote", 10, time.Minute, []addrlimit.Option{addrlimit.WithName(`a"b`)}, "outside A-Z"},
 		{"name with a colon", 10, time.Minute, []addrlimit.Option{addrlimit.WithName("a:b")}, "outside A-Z"},
@@ -425,6 +427,9 @@ func TestZeroLimiterFailsLoudlyNeverLimitsNothing(t *testing.T) {
 			panicsWith("Allow", func() { l.Allow(req("192.0.2.1:1")) })
 			panicsWith("AllowKey", func() { l.AllowKey(context.Background(), "", "k", 1) })
 			panicsWith("AllowAs", func() { l.AllowAs(req("192.0.2.1:1"), "", nil, 1) })
+			panicsWith("Refund", func() {
+				l.Refund(context.Background(), addrlimit.Decision{Outcome: addrlimit.Allowed, Policy: "default", Key: "k", Cost: 1})
+			})
 			panicsWith("Respond", func() {
 				l.Respond(httptest.NewRecorder(), req("192.0.2.1:1"), addrlimit.Decision{Outcome: addrlimit.Limited, Policy: "default"})
 			})

@@ -17,48 +17,47 @@ import (
 // warning such as a misconfigured proxy header, or a store failure). Exempt
 // and plain allowed requests are not logged.
 //
-// Volume stays bounded under a flood: at most one line per key per interval;
-// the next line for that key reports how many were suppressed in between. At
-// most 1,000 keys are tracked at once; beyond that, events share one
-// pseudo-key, so the whole flood costs a few lines per interval. Every
-// logged string is cut to at most 256 bytes, so a request with a megabyte
-// path costs a line of normal size.
-//
-// The ERROR lines of limited requests with a retired secret are suppressed
-// on their own, per key, with at most 100 keys tracked before they too share
-// a pseudo-key: neither a flood from other keys nor a client limited under
-// the same key can use up their line, so every interval in which such a
-// request is limited has one. In all, any span of one interval has at most
-// 1,001 lines of the first kind and 101 of the second (the pseudo-keys
-// included).
+// Volume is bounded: at most one line per key per interval, the next one
+// reporting how many were suppressed in between; at most 1,000 keys tracked,
+// beyond which events share one pseudo-key. Limited requests with a retired
+// secret have their own per-key lines (100 keys tracked, then a pseudo-key),
+// which no other line can use up. In all, any span of one interval has at
+// most 1,001 lines of the first kind and 101 of the second. Every logged
+// string is cut to at most 256 bytes.
 //
 // Each line has the attributes policy, key, method, path (the URL path,
-// never the query), route (only when the request has a ServeMux pattern:
-// a limiter that wraps a mux runs before it routes, or under a catch-all
-// "/", so the path is what tells requests apart), outcome, mode
-// ("enforced" or "dry_run"), cost, remaining, retry_after (rounded up to
-// whole seconds), credentialed (the request carried an Authorization header
-// but was not exempt: a hint anyone can trigger), retired_token (it carried a
-// retired internal secret: one of your services, for sure), suppressed, and
-// error when there is one. Decisions of AllowKey have no method or path. It
-// never logs header values, so tokens never reach the log. A limited request
-// with a retired secret is logged at ERROR, one with other credentials at
-// WARN, the rest at INFO.
+// never the query), route (only when the request has a ServeMux pattern),
+// outcome, mode ("enforced" or "dry_run"), cost, remaining, retry_after
+// (rounded up to whole seconds), credentialed (the request carried an
+// Authorization header but was not exempt: a hint anyone can trigger),
+// retired_token (it carried a retired internal secret: one of your services,
+// for sure), suppressed, degraded (only when Decision.Degraded is set) and
+// error (only when there is one). Decisions of AllowKey have no method or
+// path. It never logs header values, so tokens never reach the log.
+//
+// Levels and messages: a limited request with a retired secret is logged at
+// ERROR, one with other credentials at WARN, the other limited ones at INFO
+// ("addrlimit: request limited"); an allowed decision with an error at WARN,
+// as "addrlimit: degraded decision" when the store failed and
+// "addrlimit: decision with an error" otherwise.
 //
 // A LogObserver is safe for concurrent use. Pass its Observe method to
-// WithObserver.
+// WithObserver. The zero value logs to slog.Default() at most one line per
+// key per minute.
 type LogObserver struct {
-	logger *slog.Logger
-	every  time.Duration
+	logger *slog.Logger  // nil: slog.Default()
+	every  time.Duration // 0: defaultLogEvery
 
 	mu      sync.Mutex
 	keys    logTable // every line but those of retired secrets
 	retired logTable // limited requests with a retired secret: never hidden by the others
 }
 
+// defaultLogEvery is the interval of the zero LogObserver.
+const defaultLogEvery = time.Minute
+
 // logTable is the suppression state of one kind of line: per key, bounded.
 type logTable struct {
-	max        int // keys tracked at most, the overflow pseudo-key aside
 	keys       map[string]*logState
 	nextForget time.Time // a full table is swept at most once per interval
 }
@@ -92,12 +91,7 @@ func NewLogObserver(logger *slog.Logger, every time.Duration) (*LogObserver, err
 	if every <= 0 {
 		return nil, errors.New("addrlimit: NewLogObserver interval must be positive")
 	}
-	return &LogObserver{
-		logger:  logger,
-		every:   every,
-		keys:    logTable{max: maxLogKeys, keys: make(map[string]*logState)},
-		retired: logTable{max: maxRetiredLogKeys, keys: make(map[string]*logState)},
-	}, nil
+	return &LogObserver{logger: logger, every: every}, nil
 }
 
 // Observe logs d if it is worth a line. Use it with WithObserver. r may be
@@ -107,12 +101,16 @@ func (o *LogObserver) Observe(r *http.Request, d Decision) {
 		return
 	}
 	key := truncate(d.Key, maxLogField)
-	table := &o.keys
+	table, tracked := &o.keys, maxLogKeys
 	if d.Outcome == Limited && d.RetiredToken {
-		table = &o.retired
+		table, tracked = &o.retired, maxRetiredLogKeys
+	}
+	every := o.every
+	if every <= 0 {
+		every = defaultLogEvery
 	}
 	o.mu.Lock()
-	suppressed, ok := table.admit(key, time.Now(), o.every)
+	suppressed, ok := table.admit(key, time.Now(), every, tracked)
 	o.mu.Unlock()
 	if !ok {
 		return
@@ -128,8 +126,10 @@ func (o *LogObserver) Observe(r *http.Request, d Decision) {
 	}
 	level, msg := slog.LevelInfo, "addrlimit: request limited"
 	switch {
-	case d.Outcome != Limited:
+	case d.Outcome != Limited && d.Degraded:
 		level, msg = slog.LevelWarn, "addrlimit: degraded decision"
+	case d.Outcome != Limited:
+		level, msg = slog.LevelWarn, "addrlimit: decision with an error"
 	case d.RetiredToken:
 		level, msg = slog.LevelError, "addrlimit: request with a retired internal token limited"
 	case credentialed:
@@ -162,7 +162,11 @@ func (o *LogObserver) Observe(r *http.Request, d Decision) {
 	if d.Err != nil {
 		attrs = append(attrs, slog.String("error", truncate(d.Err.Error(), maxLogField)))
 	}
-	o.logger.LogAttrs(context.Background(), level, msg, attrs...)
+	logger := o.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
 // truncate cuts s to at most n bytes without splitting a UTF-8 sequence,
@@ -180,16 +184,19 @@ func truncate(s string, n int) string {
 }
 
 // admit decides whether key may log at now, returning how many lines were
-// suppressed for it since its last one. The caller holds the LogObserver's
-// lock.
-func (t *logTable) admit(key string, now time.Time, every time.Duration) (uint64, bool) {
+// suppressed for it since its last one. It tracks at most tracked keys, the
+// overflow pseudo-key aside. The caller holds the LogObserver's lock.
+func (t *logTable) admit(key string, now time.Time, every time.Duration, tracked int) (uint64, bool) {
+	if t.keys == nil {
+		t.keys = make(map[string]*logState)
+	}
 	st, ok := t.keys[key]
 	if !ok {
-		if len(t.keys) >= t.max && !now.Before(t.nextForget) {
+		if len(t.keys) >= tracked && !now.Before(t.nextForget) {
 			t.forget(now)
 			t.nextForget = now.Add(every)
 		}
-		if len(t.keys) >= t.max {
+		if len(t.keys) >= tracked {
 			key = overflowLogKey
 			st = t.keys[key]
 		}

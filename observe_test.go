@@ -90,7 +90,7 @@ func TestLogObserverDryRunAndErrors(t *testing.T) {
 		h, rec := logLimiter(t, 1, addrlimit.WithDryRun())
 		serve(h, req("192.0.2.1:1"))
 		serve(h, req("192.0.2.1:1"))
-		serve(h, req("not-an-address")) // key error, allowed: logged as degraded
+		serve(h, req("not-an-address")) // key error, allowed: logged as a decision with an error
 		lines := rec.lines()
 		require.Len(t, lines, 2, "lines: %v", lines)
 		assert.Equal(t, "dry_run", lines[0]["mode"], "dry-run line %v", lines[0])
@@ -359,5 +359,53 @@ func TestLogObserverLogsThePathUnderACatchAllPattern(t *testing.T) {
 		require.Len(t, lines, 1, "one line per key per interval")
 		assert.Equal(t, "/login", lines[0]["path"], "line %v", lines[0])
 		assert.Equal(t, "/", lines[0]["route"], "the pattern is kept apart: %v", lines[0])
+	})
+}
+
+// An allowed decision with an error is a WARN line: "degraded decision" with
+// degraded=true when the store failed, "decision with an error" without the
+// degraded attribute for a key warning.
+func TestLogObserverLevelsOfAllowedDecisionsWithAnError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFailingStore()
+		h, rec := logLimiter(t, 5, addrlimit.WithStore(s))
+		serve(h, req("not-an-address")) // key warning
+		s.down.Store(true)
+		serve(h, req("192.0.2.1:1")) // store failure, FailLocal allows
+		lines := rec.lines()
+		require.Len(t, lines, 2, "lines: %v", lines)
+		want := []map[string]string{
+			{"level": "WARN", "msg": "addrlimit: decision with an error", "outcome": "allowed", "key": addrlimit.UnkeyedKey, "degraded": ""},
+			{"level": "WARN", "msg": "addrlimit: degraded decision", "outcome": "allowed", "key": "192.0.2.1", "degraded": "true"},
+		}
+		for i, w := range want {
+			for k, v := range w {
+				assert.Equal(t, v, lines[i][k], "line %d field %s: %v", i, k, lines[i])
+			}
+			assert.NotEmpty(t, lines[i]["error"], "line %d: %v", i, lines[i])
+		}
+	})
+}
+
+// The zero LogObserver is usable: it logs to slog.Default() at most one line
+// per key per minute.
+func TestZeroLogObserverLogsToTheDefaultLogger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		old := slog.Default()
+		slog.SetDefault(slog.New(rec))
+		t.Cleanup(func() { slog.SetDefault(old) })
+		var lo addrlimit.LogObserver
+		h := mustNew(t, 1, time.Hour, addrlimit.WithObserver(lo.Observe)).Handler(okHandler)
+		for range 3 {
+			serve(h, req("192.0.2.1:1"))
+		}
+		time.Sleep(time.Minute)
+		serve(h, req("192.0.2.1:1"))
+		lines := rec.lines()
+		require.Len(t, lines, 2, "lines: %v", lines)
+		assert.Equal(t, "addrlimit: request limited", lines[0]["msg"])
+		assert.Equal(t, "INFO", lines[0]["level"])
+		assert.Equal(t, "1", lines[1]["suppressed"])
 	})
 }

@@ -29,6 +29,7 @@ type config struct {
 	store     Store
 	headers   HeaderStyle
 	failure   FailurePolicy
+	failSet   bool // WithStoreFailure was given
 
 	decisionInContext bool
 }
@@ -124,9 +125,10 @@ func WithPolicySelector(f PolicySelector) Option {
 // A cost above the policy's burst can never be paid: the request is refused
 // with ErrCostOverBurst and charged nothing. Handler answers it 413 Content
 // Too Large, without Retry-After (no wait makes it possible; a 413 tells the
-// client to send less), while the quota fields still describe the bucket. A WithDeniedHandler handler recognises the case by Decision.Cost >
-// Decision.Limit. A cost below 1 is charged as 1 and reported as
-// ErrInvalidCost; it is never a refund.
+// client to send less), while the quota fields still describe the bucket.
+// A WithDeniedHandler handler recognises the case by
+// errors.Is(d.Err, addrlimit.ErrCostOverBurst). A cost below 1 is charged
+// as 1 and reported as ErrInvalidCost; it is never a refund.
 func WithCost(f func(r *http.Request) int) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -146,13 +148,12 @@ func WithCost(f func(r *http.Request) int) Option {
 // returns, and never fills a bucket above its burst. The status is the first
 // final one the handler wrote through the ResponseWriter it was given (101
 // for a connection hijacked before any status). A request whose handler
-// wrote nothing there is never refunded and f is not called: frameworks that
-// write the response elsewhere (gin's own writer) or after the middleware
-// returned (echo's error handler) would otherwise have every failure taken
-// for a 200 and refunded. A handler that panics is not refunded either. The
+// wrote nothing there is never refunded and f is not called (README
+// "Frameworks": gin and echo may write elsewhere or later). A handler that
+// panics is not refunded either. The
 // ResponseWriter the handler gets keeps http.Flusher, http.Hijacker and
 // io.ReaderFrom working and supports http.ResponseController through Unwrap.
-// Allow and AllowKey never refund on their own; see Limiter.Refund.
+// Allow, AllowAs and AllowKey never refund on their own; see Limiter.Refund.
 func WithRefund(f func(status int) bool) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -164,7 +165,7 @@ func WithRefund(f func(status int) bool) Option {
 }
 
 // WithKeyFunc sets how requests map to buckets. The default, RemoteAddrKey,
-// keys by the connection's peer address; behind proxies use TrustedProxyKey.
+// keys by the connection's peer address; behind proxies use TrustedProxies.Key.
 func WithKeyFunc(f KeyFunc) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -208,8 +209,8 @@ func WithExempt(f func(*http.Request) bool) Option {
 // WithDeniedHandler replaces the body and status of denied responses (by
 // default 429 with a short plain-text body, or 503 when the store failed
 // under FailClosed). When h runs, the quota fields, Retry-After (except for
-// a cost over the burst, Decision.Cost > Decision.Limit: see WithCost) and
-// Cache-Control are already set, and DecisionFromContext(r.Context()) returns
+// a cost over the burst, errors.Is(d.Err, ErrCostOverBurst): see WithCost)
+// and Cache-Control are already set, and DecisionFromContext(r.Context()) returns
 // the Decision. h must not reveal Decision.Err to the client.
 func WithDeniedHandler(h http.Handler) Option {
 	return func(c *config) error {
@@ -288,14 +289,22 @@ const (
 	// not the limit (60 per minute with a burst of 10 sends q=10;w=10), as
 	// the draft's token-bucket mapping says; a denied response's Retry-After
 	// describes the request (its wait for its cost).
-	HeaderDraft HeaderStyle = headers.Draft
+	HeaderDraft HeaderStyle = iota
 	// HeaderXRateLimit sends the de facto fields X-RateLimit-Limit (the burst),
 	// X-RateLimit-Remaining, and X-RateLimit-Reset in seconds until the bucket
 	// is full again (a delay, not a timestamp).
-	HeaderXRateLimit HeaderStyle = headers.XRateLimit
+	HeaderXRateLimit
 	// HeaderNone sends no quota fields. Denied responses still carry
 	// Retry-After and Cache-Control: no-store.
-	HeaderNone HeaderStyle = headers.None
+	HeaderNone
+)
+
+// The header writer numbers its styles as HeaderStyle does: a mismatch
+// fails to compile (an array of length other than 0, or a negative one).
+var (
+	_ [HeaderDraft - headers.Draft]struct{}           = [0]struct{}{}
+	_ [HeaderXRateLimit - headers.XRateLimit]struct{} = [0]struct{}{}
+	_ [HeaderNone - headers.None]struct{}             = [0]struct{}{}
 )
 
 // String returns "draft", "x-ratelimit" or "none".
@@ -355,13 +364,14 @@ func (p FailurePolicy) String() string {
 
 // WithStoreFailure sets what happens when the Store returns an error; the
 // default is FailLocal. Either way the Decision has Err and Degraded set, so
-// observers see every failure; no error text reaches the client.
+// observers see every failure; no error text reaches the client. It needs
+// WithStore (the in-memory buckets never fail): New refuses it without.
 func WithStoreFailure(p FailurePolicy) Option {
 	return func(c *config) error {
 		if p > FailClosed {
 			return fmt.Errorf("addrlimit: unknown failure policy %d", p)
 		}
-		c.failure = p
+		c.failure, c.failSet = p, true
 		return nil
 	}
 }

@@ -173,3 +173,16 @@ func TestPolicyValidateIsTheRuleOfNew(t *testing.T) {
 		assert.NoError(t, p.Validate())
 	}
 }
+
+// Policies returns a copy: changing it changes nothing in the Limiter.
+func TestPoliciesReturnsACopy(t *testing.T) {
+	lim := mustNew(t, 10, time.Minute)
+	ps := lim.Policies()
+	ps[0].Burst, ps[0].Name = 1000, "changed"
+	if got := lim.Policies()[0]; got.Burst != 10 || got.Name != addrlimit.DefaultPolicyName {
+		t.Fatalf("policy after changing the copy: %+v", got)
+	}
+	if d := lim.AllowKey(context.Background(), "", "k", 11); d.Outcome != addrlimit.Limited {
+		t.Fatalf("a cost of 11 over the burst of 10: %+v", d)
+	}
+}

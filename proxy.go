@@ -31,7 +31,9 @@ import (
 //     reported as a warning error. So is a trusted peer that sent no header.
 //
 // At most 64 trusted hops are walked, so a header of thousands of elements
-// costs no more than a short one.
+// costs no more than a short one. Build it with NewTrustedProxies: the zero
+// TrustedProxies trusts no proxy, so ClientAddr and Key give the peer
+// address (Key is then RemoteAddrKey) and read no header.
 type TrustedProxies struct {
 	header  string // canonical
 	format  clientip.Format
@@ -76,18 +78,6 @@ func NewTrustedProxies(header string, trusted ...netip.Prefix) (*TrustedProxies,
 		t.trusted = append(t.trusted, p)
 	}
 	return t, nil
-}
-
-// TrustedProxyKey returns a KeyFunc that keys requests by the client address
-// that NewTrustedProxies(header, trusted...) resolves, normalised by AddrKey.
-// A malformed header yields the nearest trusted hop's key together with a
-// warning error, which the Limiter reports to observers as Decision.Err.
-func TrustedProxyKey(header string, trusted ...netip.Prefix) (KeyFunc, error) {
-	t, err := NewTrustedProxies(header, trusted...)
-	if err != nil {
-		return nil, err
-	}
-	return t.Key, nil
 }
 
 // WithUnixSocket returns a copy of t that also trusts a peer connected over
@@ -167,7 +157,11 @@ func unixPeer(r *http.Request) bool {
 	return ra == "" || ra == "@" || strings.HasPrefix(ra, "/")
 }
 
-// Key is a KeyFunc: AddrKey of ClientAddr.
+// Key is the KeyFunc of requests behind the proxies,
+// WithKeyFunc(t.Key): AddrKey of ClientAddr, so the key and the address a
+// handler logs come from one configuration. A malformed header yields the
+// nearest trusted hop's key together with a warning error, which the
+// Limiter reports to observers as Decision.Err.
 func (t *TrustedProxies) Key(r *http.Request) (string, error) {
 	a, err := t.ClientAddr(r)
 	return AddrKey(a), err

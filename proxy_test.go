@@ -128,8 +128,6 @@ func TestNewTrustedProxiesErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := addrlimit.NewTrustedProxies(tc.header, tc.trusted...)
 			requirePackageError(t, err, tc.wantErr)
-			_, err = addrlimit.TrustedProxyKey(tc.header, tc.trusted...)
-			assert.Error(t, err, "TrustedProxyKey accepted what NewTrustedProxies rejects")
 		})
 	}
 }
@@ -228,10 +226,10 @@ func TestAdvisory_5000ElementHeader(t *testing.T) {
 // End to end: behind a trusted proxy, a client rotating the leftmost
 // X-Forwarded-For value still gets exactly its quota.
 func TestTrustedProxyEndToEnd(t *testing.T) {
-	kf, err := addrlimit.TrustedProxyKey("X-Forwarded-For", lbRange)
+	proxies, err := addrlimit.NewTrustedProxies("X-Forwarded-For", lbRange)
 	require.NoError(t, err)
 	var warnings int
-	lim := mustNew(t, 5, time.Hour, addrlimit.WithKeyFunc(kf), addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) {
+	lim := mustNew(t, 5, time.Hour, addrlimit.WithKeyFunc(proxies.Key), addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) {
 		if d.Err != nil {
 			warnings++
 		}
@@ -306,7 +304,7 @@ func FuzzForwarded(f *testing.F) {
 	fuzzResolver(f, "Forwarded", "for=203.0.113.9;proto=https", `for="[2001:db8::1]:80"`, `for="`, `for=1.2.3.4;by="a,b"`, "for=unknown", `"\"`)
 }
 
-func BenchmarkTrustedProxyKey(b *testing.B) {
+func BenchmarkTrustedProxiesKey(b *testing.B) {
 	p := mustProxies(b, "X-Forwarded-For", lbRange)
 	r := req("10.0.0.1:1", "X-Forwarded-For", "198.51.100.7, 203.0.113.9, 10.0.0.3, 10.0.0.2")
 	b.ReportAllocs()
@@ -402,5 +400,18 @@ func TestProxyWarningsMatchErrProxyHeader(t *testing.T) {
 		require.ErrorIs(t, err, addrlimit.ErrProxyHeader, xff)
 		assert.Contains(t, err.Error(), "X-Forwarded-For")
 		assert.NotContains(t, err.Error(), "garbage", "header content never appears in errors")
+	}
+}
+
+// The zero TrustedProxies trusts no proxy: it keys by the peer, as
+// RemoteAddrKey does, whatever header the client sends.
+func TestZeroTrustedProxiesIsRemoteAddrKey(t *testing.T) {
+	var zero addrlimit.TrustedProxies
+	for _, remote := range []string{"192.0.2.1:1", "[2001:db8:1:2::9]:1", "@"} {
+		r := req(remote, "X-Forwarded-For", "203.0.113.9", "Forwarded", "for=203.0.113.9")
+		got, gotErr := zero.Key(r)
+		want, wantErr := addrlimit.RemoteAddrKey(r)
+		assert.Equal(t, want, got, remote)
+		assert.Equal(t, wantErr, gotErr, remote)
 	}
 }

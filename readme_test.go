@@ -24,9 +24,8 @@ package addrlimit_test
 //     block escapes by a typo.
 //   - Errors are handled: an assignment to err must be followed by a
 //     statement that reads err (if err != nil { ... }, return err, ...), and
-//     no block may discard a result with _ from a constructor (a New...,
-//     TrustedProxyKey or WithRetired call), whose error reports a
-//     misconfiguration.
+//     no block may discard a result with _ from a constructor (a New... or
+//     WithRetired call), whose error reports a misconfiguration.
 //
 // Every module of this repository that a block imports joins a temporary Go
 // workspace, so blocks of nested modules (redisstore, promcollector, …) and
@@ -276,7 +275,7 @@ func wrapBody(code string, names map[string]string) (string, int, error) {
 }
 
 // constructorDiscard matches a constructor whose error is thrown away.
-var constructorDiscard = regexp.MustCompile(`,\s*_\s*:?=\s*(?:[A-Za-z_][A-Za-z0-9_]*\.)?(New[A-Za-z0-9_]*|TrustedProxyKey|WithRetired)\(`)
+var constructorDiscard = regexp.MustCompile(`,\s*_\s*:?=\s*(?:[A-Za-z_][A-Za-z0-9_]*\.)?(New[A-Za-z0-9_]*|WithRetired)\(`)
 
 // uncheckedErrors returns the lines (1-based, in code) of assignments to err
 // whose next statement does not read err.
@@ -578,7 +577,7 @@ func goDirective(t *testing.T, gomod string) string {
 func TestReadmeHarnessFindsUnhandledErrors(t *testing.T) {
 	// The README's proxy block before it handled errors: both assignments
 	// are reported (the compiler reports only the last one, as unused).
-	old := "kf, err := addrlimit.TrustedProxyKey(\"X-Forwarded-For\", p)\nlim, err := addrlimit.New(300, time.Minute, addrlimit.WithKeyFunc(kf))\n"
+	old := "proxies, err := addrlimit.NewTrustedProxies(\"X-Forwarded-For\", p)\nlim, err := addrlimit.New(300, time.Minute, addrlimit.WithKeyFunc(proxies.Key))\n"
 	bad, err := uncheckedErrors(old, false)
 	if err != nil {
 		t.Fatal(err)
@@ -590,7 +589,7 @@ func TestReadmeHarnessFindsUnhandledErrors(t *testing.T) {
 	if bad, err := uncheckedErrors(fixed, false); err != nil || len(bad) != 0 {
 		t.Errorf("handled errors reported on lines %v (%v)", bad, err)
 	}
-	for _, src := range []string{"lo, _ := addrlimit.NewLogObserver(l, time.Minute)", "kf, _ = TrustedProxyKey(h)", "tok, _ := tok.WithRetired(s)"} {
+	for _, src := range []string{"lo, _ := addrlimit.NewLogObserver(l, time.Minute)", "p, _ = NewTrustedProxies(h)", "tok, _ := tok.WithRetired(s)"} {
 		if !constructorDiscard.MatchString(src) {
 			t.Errorf("%q: discarded constructor error not found", src)
 		}

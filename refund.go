@@ -9,19 +9,22 @@ import (
 )
 
 // Refund gives back the tokens that an allowed decision d of this
-// Limiter's Allow or AllowKey charged, as WithRefund does for Handler: for callers that decide
-// with Allow and learn the outcome afterwards (a gin middleware that counts
-// only failed logins refunds when c.Writer.Written() and the status is
-// below 400). Call it at most once per decision: each call gives the cost
-// back again, though never above the burst. It does nothing for a decision
-// that is not Allowed, has no Key, or names a policy this Limiter does not
-// have, and nothing under FailOpen (which charged nothing). It is counted in
-// Stats.Refunded. ctx bounds the Store's call; its cancellation is ignored,
-// as the store's own timeout applies (a client's hang-up does not cancel
-// its refund).
+// Limiter's Allow, AllowAs or AllowKey charged, as WithRefund does for
+// Handler: for callers that decide with Allow and learn the outcome
+// afterwards (a gin middleware that counts only failed logins refunds when
+// c.Writer.Written() and the status is below 400). Call it at most once per
+// decision: each call gives the cost back again, though never above the
+// burst. It does nothing for a decision that is not Allowed, has no Key,
+// names a policy this Limiter does not have, or has a Cost outside 1 to the
+// policy's burst (a Peek decision, a hand-built one), and nothing under
+// FailOpen (which charged nothing). Each refund that reaches a bucket is
+// counted in Stats.Refunded. ctx bounds the Store's call; its cancellation
+// is ignored, as the store's own timeout applies (a client's hang-up does
+// not cancel its refund).
 func (l *Limiter) Refund(ctx context.Context, d Decision) {
+	l.mustBeBuilt()
 	ps := l.byName[d.Policy]
-	if d.Outcome != Allowed || d.Key == "" || ps == nil {
+	if d.Outcome != Allowed || d.Key == "" || ps == nil || d.Cost < 1 || d.Cost > ps.Burst {
 		return
 	}
 	l.refundCharge(context.WithoutCancel(ctx), ps, l.keys.of(d.Key), &d)

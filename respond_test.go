@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,4 +148,47 @@ func TestDecisionInContextReachesTheHandlerOnlyWhenAskedFor(t *testing.T) {
 			}
 		})
 	}
+}
+
+// refundRecorder is a memory store that records the n of every Refund.
+type refundRecorder struct {
+	addrlimit.Store
+	mu sync.Mutex
+	ns []int
+}
+
+func (s *refundRecorder) Refund(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+	s.mu.Lock()
+	s.ns = append(s.ns, n)
+	s.mu.Unlock()
+	return s.Store.Refund(ctx, key, p, n)
+}
+
+// Refund keeps the Store contract (1 <= n <= Burst): a decision whose cost
+// is outside it (a Peek decision, a hand-built one) or that is not Allowed
+// refunds nothing and is not counted.
+func TestRefundSendsTheStoreOnlyCostsItCanRefund(t *testing.T) {
+	st := &refundRecorder{Store: addrlimit.NewTestMemoryStore(100)}
+	lim := mustNew(t, 3, time.Hour, addrlimit.WithStore(st))
+	ctx := context.Background()
+	allowed := lim.AllowKey(ctx, "", "k", 1)
+	require.Equal(t, addrlimit.Allowed, allowed.Outcome)
+	require.False(t, allowed.Degraded)
+	peeked, err := lim.Peek(ctx, "", "k")
+	require.NoError(t, err)
+	require.Equal(t, addrlimit.Allowed, peeked.Outcome)
+	for _, d := range []addrlimit.Decision{
+		peeked,
+		{Outcome: addrlimit.Allowed, Policy: addrlimit.DefaultPolicyName, Key: "k", Cost: 1000},
+		{Outcome: addrlimit.Allowed, Policy: addrlimit.DefaultPolicyName, Key: "k", Cost: -1},
+		{Outcome: addrlimit.Limited, Policy: addrlimit.DefaultPolicyName, Key: "k", Cost: 1},
+		{Outcome: addrlimit.Allowed, Policy: addrlimit.DefaultPolicyName, Key: "k", Cost: 4},
+	} {
+		lim.Refund(ctx, d)
+	}
+	assert.Empty(t, st.ns, "refunds of n outside 1..burst or of a decision that charged nothing")
+	assert.Zero(t, lim.Stats().Refunded)
+	lim.Refund(ctx, allowed)
+	assert.Equal(t, []int{1}, st.ns)
+	assert.Equal(t, uint64(1), lim.Stats().Refunded)
 }

@@ -7,7 +7,8 @@ type Stats struct {
 	// Decisions by outcome, all policies together. Limited includes dry-run
 	// decisions.
 	Allowed, Limited, Exempt uint64
-	// Refunded counts allowed requests whose tokens WithRefund gave back.
+	// Refunded counts allowed requests whose tokens WithRefund or
+	// Limiter.Refund gave back.
 	Refunded uint64
 	// CredentialedLimited counts Limited requests that carried an
 	// Authorization header. It is a hint, not proof: anyone can send

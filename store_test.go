@@ -102,3 +102,33 @@ func TestCancelledCallerIsDecidedByTheStore(t *testing.T) {
 		t.Fatalf("%d of 20 cancelled calls allowed, budget 3; StoreErrors %d, want 0", allowed, n)
 	}
 }
+
+type ctxProbeKey struct{}
+
+// ctxProbeStore records what the context of each Take carries.
+type ctxProbeStore struct {
+	addrlimit.Store
+	value       any
+	hasDeadline bool
+}
+
+func (s *ctxProbeStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+	s.value = ctx.Value(ctxProbeKey{})
+	_, s.hasDeadline = ctx.Deadline()
+	return s.Store.Take(ctx, key, p, n)
+}
+
+// AllowKey passes ctx's values to the Store, but not its deadline: the
+// store's own timeout bounds the call.
+func TestAllowKeyPassesValuesButNotTheDeadline(t *testing.T) {
+	s := &ctxProbeStore{Store: addrlimit.NewTestMemoryStore(10)}
+	lim := mustNew(t, 3, time.Hour, addrlimit.WithStore(s))
+	ctx, cancel := context.WithDeadline(context.WithValue(context.Background(), ctxProbeKey{}, "trace-7"), time.Unix(1, 0))
+	defer cancel()
+	if d := lim.AllowKey(ctx, "", "k", 1); d.Outcome != addrlimit.Allowed || d.Err != nil {
+		t.Fatalf("decision %+v, want allowed without an error", d)
+	}
+	if s.value != "trace-7" || s.hasDeadline {
+		t.Fatalf("the store saw value %v and a deadline %v, want trace-7 and none", s.value, s.hasDeadline)
+	}
+}

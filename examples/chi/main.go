@@ -36,15 +36,15 @@ func newRouter(token string, l limits) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	clientKey, err := addrlimit.TrustedProxyKey("X-Forwarded-For", netip.MustParsePrefix("10.0.0.0/8"))
+	proxies, err := addrlimit.NewTrustedProxies("X-Forwarded-For", netip.MustParsePrefix("10.0.0.0/8"))
 	if err != nil {
 		return nil, err
 	}
-	global, err := addrlimit.New(l.global, l.globalPer, addrlimit.WithKeyFunc(clientKey), addrlimit.WithInternalToken(tok))
+	global, err := addrlimit.New(l.global, l.globalPer, addrlimit.WithKeyFunc(proxies.Key), addrlimit.WithInternalToken(tok))
 	if err != nil {
 		return nil, err
 	}
-	login, err := addrlimit.New(l.failedLogin, l.loginPer, addrlimit.WithName("login"), addrlimit.WithKeyFunc(clientKey),
+	login, err := addrlimit.New(l.failedLogin, l.loginPer, addrlimit.WithName("login"), addrlimit.WithKeyFunc(proxies.Key),
 		addrlimit.WithRefund(func(status int) bool { return status < 400 })) // count only failures
 	if err != nil {
 		return nil, err

@@ -41,15 +41,15 @@ func newEcho(token string, l limits) (*echo.Echo, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := addrlimit.TrustedProxyKey("X-Forwarded-For", netip.MustParsePrefix("127.0.0.1/32"))
+	proxies, err := addrlimit.NewTrustedProxies("X-Forwarded-For", netip.MustParsePrefix("127.0.0.1/32"))
 	if err != nil {
 		return nil, err
 	}
-	global, err := addrlimit.New(l.global, l.globalPer, addrlimit.WithKeyFunc(client), addrlimit.WithInternalToken(tok))
+	global, err := addrlimit.New(l.global, l.globalPer, addrlimit.WithKeyFunc(proxies.Key), addrlimit.WithInternalToken(tok))
 	if err != nil {
 		return nil, err
 	}
-	login, err := addrlimit.New(l.failedLogin, l.loginPer, addrlimit.WithName("login"), addrlimit.WithKeyFunc(client),
+	login, err := addrlimit.New(l.failedLogin, l.loginPer, addrlimit.WithName("login"), addrlimit.WithKeyFunc(proxies.Key),
 		addrlimit.WithRefund(func(status int) bool { return status < 400 })) // count only failures
 	if err != nil {
 		return nil, err

@@ -68,15 +68,15 @@ func newEngine(token string, l limits) (*gin.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := addrlimit.TrustedProxyKey("X-Forwarded-For", netip.MustParsePrefix("127.0.0.1/32"))
+	proxies, err := addrlimit.NewTrustedProxies("X-Forwarded-For", netip.MustParsePrefix("127.0.0.1/32"))
 	if err != nil {
 		return nil, err
 	}
-	global, err := addrlimit.New(l.global, l.globalPer, addrlimit.WithKeyFunc(client), addrlimit.WithInternalToken(tok))
+	global, err := addrlimit.New(l.global, l.globalPer, addrlimit.WithKeyFunc(proxies.Key), addrlimit.WithInternalToken(tok))
 	if err != nil {
 		return nil, err
 	}
-	login, err := addrlimit.New(l.failedLogin, l.loginPer, addrlimit.WithName("login"), addrlimit.WithKeyFunc(client))
+	login, err := addrlimit.New(l.failedLogin, l.loginPer, addrlimit.WithName("login"), addrlimit.WithKeyFunc(proxies.Key))
 	if err != nil {
 		return nil, err
 	}

@@ -168,11 +168,11 @@ func trusted(t *testing.T, header string, ranges ...string) addrlimit.KeyFunc {
 	for _, r := range ranges {
 		ps = append(ps, netip.MustParsePrefix(r))
 	}
-	kf, err := addrlimit.TrustedProxyKey(header, ps...)
+	proxies, err := addrlimit.NewTrustedProxies(header, ps...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kf
+	return proxies.Key
 }
 
 // decision returns what the app decided for the request with X-Test-ID id.

@@ -11,7 +11,7 @@
 //
 // Rotating addresses: wrk on loopback connects from 127.0.0.1 only, and cannot
 // bind a million source addresses. So the server keys requests the way it does
-// behind a reverse proxy: TrustedProxyKey("X-Forwarded-For", 127.0.0.1/32),
+// behind a reverse proxy: NewTrustedProxies("X-Forwarded-For", 127.0.0.1/32).Key,
 // and wrk, as that proxy, sets X-Forwarded-For from a counter (a Lua script
 // written by this command): request i of thread t carries address 10.x.y.z
 // number (i*threads + t) mod keys, so every thread walks its own share of the
@@ -194,14 +194,14 @@ func soak(c config, store string) (result, error) {
 	default:
 		return r, fmt.Errorf("unknown store %q (memory, redis)", store)
 	}
-	key, err := addrlimit.TrustedProxyKey("X-Forwarded-For", netip.MustParsePrefix("127.0.0.1/32"))
+	proxies, err := addrlimit.NewTrustedProxies("X-Forwarded-For", netip.MustParsePrefix("127.0.0.1/32"))
 	if err != nil {
 		return r, err
 	}
 	var allowed, limited, failed atomic.Int64
 	var whyMu sync.Mutex
 	why := map[string]int64{} // failure reasons, by error text
-	opts = append(opts, addrlimit.WithKeyFunc(key), addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) {
+	opts = append(opts, addrlimit.WithKeyFunc(proxies.Key), addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) {
 		switch {
 		case d.Err != nil || d.Degraded:
 			failed.Add(1)
