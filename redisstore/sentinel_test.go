@@ -248,6 +248,10 @@ func failoverDuringTraffic(t *testing.T, unspent bool, failover func(*testing.T,
 		}
 		return r
 	}
+	// Each store has answered once (master found, script loaded): a first
+	// call that outlived the timeout on a loaded machine would let its
+	// instance's fallback start from a full bucket instead of from R.
+	waitClosed(t, stores...)
 	var allowed [keys]atomic.Int64
 	var degraded atomic.Int64
 	stop := make(chan struct{})
