@@ -161,11 +161,18 @@ func (s *sentinels) masterPort(t *testing.T) string {
 // extra decisions are those allowed beyond burst + rate × elapsed, less
 // what Redis still holds as debt at the end (the client pays it back).
 //
-// Killed: the local fallbacks decide during the failover and their debts,
-// paid to the new primary, take back what they allowed. Measured: -10 to
-// +10 per client in most runs, up to +73 in a few (replication offsets
-// sampled before the kill showed no lag: not explained). Without debts:
-// 420–448.
+// Killed: the local fallbacks decide during the outage D from what each
+// instance last heard, and pay what they allowed as a debt to the new
+// primary. Each instance spends on its own the R tokens the bucket held
+// when the primary died, plus rate × D: the pair owes 2(R + rate × D)
+// where the new primary holds R + rate × D, and a debt is charged only down
+// to one burst below empty (addrlimit.DebtStore), so R + rate × D − burst
+// is forgiven when positive. With every burst spent first (R = 0, D about
+// 2 s) nothing is: measured −4 to +1 per client. With the burst unspent
+// (the failover after 100 ms of traffic, R about 430): about 130, the
+// formula within a few tokens. (The +43 to +73 once seen here after a fixed
+// second of traffic were a loaded machine's: slowed clients had left R of
+// 150 to 400 unspent.) Without debts: 420–448.
 //
 // Handed over: Sentinel promotes the replica, and the old primary accepts
 // writes until the instances follow the new one, then resyncs from it; the
@@ -174,16 +181,22 @@ func (s *sentinels) masterPort(t *testing.T) string {
 // with or without debts. Replication in Redis is asynchronous: no client
 // can keep those writes.
 func TestSentinelFailoverDuringTraffic(t *testing.T) {
+	kill := func(t *testing.T, s *sentinels) { s.primary.stop() }
+	none := func(time.Duration) float64 { return 0 }
 	for _, c := range []struct {
-		name     string
+		name string
+		// unspent starts the failover after 100 ms of traffic, with most
+		// of each burst unspent; otherwise once every burst is spent.
+		unspent  bool
 		failover func(t *testing.T, s *sentinels)
 		// lost is how long writes may go to a primary whose data the new
 		// one never receives, in seconds, given how long the instances
 		// took to follow the new primary.
 		lost func(followed time.Duration) float64
 	}{
-		{"primary killed", func(t *testing.T, s *sentinels) { s.primary.stop() }, func(time.Duration) float64 { return 0 }},
-		{"SENTINEL FAILOVER", func(t *testing.T, s *sentinels) {
+		{"primary killed", false, kill, none},
+		{"primary killed with the burst unspent", true, kill, none},
+		{"SENTINEL FAILOVER", false, func(t *testing.T, s *sentinels) {
 			c := redis.NewSentinelClient(&redis.Options{Addr: s.addrs[0]})
 			defer c.Close()
 			if err := c.Failover(context.Background(), masterName).Err(); err != nil {
@@ -191,11 +204,11 @@ func TestSentinelFailoverDuringTraffic(t *testing.T) {
 			}
 		}, func(followed time.Duration) float64 { return followed.Seconds() }},
 	} {
-		t.Run(c.name, func(t *testing.T) { failoverDuringTraffic(t, c.failover, c.lost) })
+		t.Run(c.name, func(t *testing.T) { failoverDuringTraffic(t, c.unspent, c.failover, c.lost) })
 	}
 }
 
-func failoverDuringTraffic(t *testing.T, failover func(*testing.T, *sentinels), lostWindow func(followed time.Duration) float64) {
+func failoverDuringTraffic(t *testing.T, unspent bool, failover func(*testing.T, *sentinels), lostWindow func(followed time.Duration) float64) {
 	s := startSentinels(t)
 	prefix := redisstore.WithKeyPrefix(testPrefix(t))
 	const burst, rate, keys = 500, 100.0, 4 // a policy of 100/s in bursts of 500
@@ -215,6 +228,30 @@ func failoverDuringTraffic(t *testing.T, failover func(*testing.T, *sentinels), 
 		}
 		fleet, stores = append(fleet, lim), append(stores, st)
 	}
+	p := fleet[0].Policies()[0]
+	clientKey := func(k int) string { return "198.51.100." + strconv.Itoa(k+1) }
+	onServer := func(srv *redisServer) *redisstore.Store {
+		st, err := redisstore.New(srv.client(t), prefix, redisstore.WithTimeout(testTimeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	onPrimary := onServer(s.primary)
+	held := func(st *redisstore.Store) (r [keys]int) { // each client's whole tokens
+		for k := range r {
+			res, err := st.Peek(context.Background(), clientKey(k), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r[k] = res.Remaining
+		}
+		return r
+	}
+	// Each store has answered once (master found, script loaded): a first
+	// call that outlived the timeout on a loaded machine would let its
+	// instance's fallback start from a full bucket instead of from R.
+	waitClosed(t, stores...)
 	var allowed [keys]atomic.Int64
 	var degraded atomic.Int64
 	stop := make(chan struct{})
@@ -231,7 +268,7 @@ func failoverDuringTraffic(t *testing.T, failover func(*testing.T, *sentinels), 
 				default:
 				}
 				k := (g + i) % keys
-				r.RemoteAddr = "198.51.100." + strconv.Itoa(k+1) + ":1"
+				r.RemoteAddr = clientKey(k) + ":1"
 				d := lim.Allow(r)
 				if d.Outcome == addrlimit.Allowed {
 					allowed[k].Add(1)
@@ -243,7 +280,12 @@ func failoverDuringTraffic(t *testing.T, failover func(*testing.T, *sentinels), 
 			}
 		})
 	}
-	time.Sleep(time.Second) // traffic before the failover
+	if unspent {
+		time.Sleep(100 * time.Millisecond) // traffic before the failover
+	} else {
+		waitFor(t, "every client's burst spent", func() bool { return held(onPrimary) == [keys]int{} })
+	}
+	before := held(onPrimary) // R, per client
 	started := time.Now()
 	failover(t, s)
 	waitFor(t, "the sentinels to promote the replica", func() bool { return s.masterPort(t) == strconv.Itoa(s.replica.port) })
@@ -257,35 +299,36 @@ func failoverDuringTraffic(t *testing.T, failover func(*testing.T, *sentinels), 
 	}
 	followed := time.Since(started)
 	waitClosed(t, stores...)
-	time.Sleep(3 * time.Second) // traffic after the failover: debts are repaid
+	outage := time.Since(started) // until both instances' stores answer again
+	time.Sleep(3 * time.Second)   // traffic after the failover: debts are repaid
 	close(stop)
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()
 	budget := burst + rate*elapsed
-	p := fleet[0].Policies()[0]
-	primary, err := redisstore.New(s.replica.client(t), prefix, redisstore.WithTimeout(testTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	worst, sum := -budget, 0.0
+	primary := onServer(s.replica)
+	// The bound: what the debt cap forgives (see above); in a handover, what
+	// the old primary accepted between the replica's promotion and the
+	// instances following it; and a slack for the writes the replica had
+	// not received when the primary died and the refill between this
+	// test's reads and the events they time.
+	const slack = burst / 25
+	worst, sum, worstForgiven, worstOver := -budget, 0.0, 0.0, -budget
 	for k := range allowed {
 		// What Redis still holds beyond empty is owed: the client got it
 		// now and pays it back over the next seconds.
-		res, err := primary.Peek(context.Background(), "198.51.100."+strconv.Itoa(k+1), p)
+		res, err := primary.Peek(context.Background(), clientKey(k), p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		owed := max(0, float64(res.ResetAfter-time.Duration(burst)*p.Interval)/float64(p.Interval))
 		extra := float64(allowed[k].Load()) - budget - owed
-		worst, sum = max(worst, extra), sum+extra
+		forgiven := max(0, float64(before[k])+rate*outage.Seconds()-burst)
+		over := extra - (slack + forgiven + lostWindow(followed)*rate)
+		worst, sum, worstForgiven, worstOver = max(worst, extra), sum+extra, max(worstForgiven, forgiven), max(worstOver, over)
 	}
-	t.Logf("replica promoted %v after the failover began, both instances on it after %v; %d degraded decisions; extra decisions per client beyond its budget of %.0f over %.1f s, less what Redis still holds as debt: worst %.0f, mean %.1f",
-		promoted.Round(10*time.Millisecond), followed.Round(10*time.Millisecond), degraded.Load(), budget, elapsed, worst, sum/keys)
-	// A fifth of a burst (measured up to 73 in some runs), and, in a
-	// handover, what the old primary accepted after the replica's promotion
-	// and before the instances followed it.
-	bound := burst/5 + lostWindow(followed)*rate
-	if worst > bound {
-		t.Fatalf("a client got %.0f decisions beyond its budget across a failover, want at most %.0f", worst, bound)
+	t.Logf("tokens held when the failover began %v; replica promoted %v after, both instances on it after %v, answering after %v; %d degraded decisions; extra decisions per client beyond its budget of %.0f over %.1f s, less what Redis still holds as debt: worst %.0f, mean %.1f (debt cap forgives up to %.0f)",
+		before, promoted.Round(10*time.Millisecond), followed.Round(10*time.Millisecond), outage.Round(10*time.Millisecond), degraded.Load(), budget, elapsed, worst, sum/keys, worstForgiven)
+	if worstOver > 0 {
+		t.Fatalf("a client got %.0f decisions beyond its bound across a failover (%d + what the debt cap forgives + what a handover loses)", worstOver, slack)
 	}
 }
