@@ -17,7 +17,7 @@ func (l *Limiter) write(w http.ResponseWriter, r *http.Request, ps *policyState,
 		l.refuse(w, r, ps, d)
 		return true
 	}
-	ps.headers.Write(w.Header(), ps.state(d))
+	ps.headers.Write(w.Header(), ps.state(d, false))
 	return false
 }
 
@@ -25,8 +25,9 @@ func (l *Limiter) write(w http.ResponseWriter, r *http.Request, ps *policyState,
 // the bucket (RateLimit's t is its wait for one token, whatever the request
 // costs) unless the quota is unknown (Limit 0: the store failed under
 // FailOpen or FailClosed); Retry-After describes the request (its wait for
-// its cost, none for a cost over the burst, 1 s under FailClosed).
-func (ps *policyState) state(d *Decision) headers.State {
+// its cost, 1 s under FailClosed, and none when never is set: a cost over
+// the burst). It stays small enough to inline: the allowed path calls it.
+func (ps *policyState) state(d *Decision, never bool) headers.State {
 	var next time.Duration
 	if d.Remaining <= 0 {
 		// GCRA: the bucket holds a whole token once it is burst-1 tokens
@@ -40,7 +41,7 @@ func (ps *policyState) state(d *Decision) headers.State {
 		RetryAfter: d.RetryAfter,
 		ResetAfter: d.ResetAfter,
 		Denied:     d.Denied(),
-		Never:      d.overBurst(),
+		Never:      never,
 	}
 }
 
@@ -87,14 +88,15 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 // error. The default response allocates nothing: its fields come from the
 // policy's header arena, its body is shared.
 func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState, d *Decision) {
+	over := d.overBurst()
 	if l.denied != nil {
-		ps.headers.Write(w.Header(), ps.state(d))
+		ps.headers.Write(w.Header(), ps.state(d, over))
 		l.denied.ServeHTTP(w, r.WithContext(ContextWithDecision(r.Context(), *d)))
 		return
 	}
 	status := http.StatusTooManyRequests
 	switch {
-	case d.overBurst():
+	case over:
 		// No wait makes this request possible: say so with a status that no
 		// retry policy repeats and that tells the client to send less
 		// (RFC 9110 §15.5.14), without Retry-After (state sets Never),
@@ -104,7 +106,7 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState
 	case d.Limit == 0:
 		status = http.StatusServiceUnavailable
 	}
-	body := ps.headers.WriteDenied(w.Header(), ps.state(d), status)
+	body := ps.headers.WriteDenied(w.Header(), ps.state(d, over), status)
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }

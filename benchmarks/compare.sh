@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compares this checkout with an earlier revision BASE on one harness: the
 # root package's bench_test.go as it was at BASE (the file the guard rails of
-# a change are stated against) is compiled into both trees, the two test
+# a change are stated against; HARNESS=REV takes it from another revision)
+# is compiled into both trees, the two test
 # binaries run interleaved COUNT times (default 8), and benchstat prints the
 # comparison. Then, unless ONLY_ROOT=1, redisstore's BenchmarkTake
 # (decisions/s against a loopback redis-server, one per binary) and the
@@ -10,12 +11,14 @@
 #
 #   ./compare.sh e0355c9                # everything, COUNT=8
 #   COUNT=10 ONLY_ROOT=1 ./compare.sh v0.1.0
+#   HARNESS=e0355c9 BENCH='^BenchmarkDenied$' ONLY_ROOT=1 ./compare.sh HEAD~3
 #
 # Raw figures go to results/compare-*.txt. Run it on a quiet machine; it
 # needs redis-server and wrk on PATH for the second part, and about 25 min.
 set -euo pipefail
 cd "$(dirname "$0")"
 base=${1:?usage: compare.sh BASE}
+harness=${HARNESS:-$base}
 COUNT=${COUNT:-8}
 E2E_SECONDS=${E2E_SECONDS:-3}
 E2E_CONNS=${E2E_CONNS:-32}
@@ -34,9 +37,25 @@ git -C "$repo" worktree add --detach -q "$tmp/base" "$base"
 mkdir -p results "$tmp/new"
 # The new tree: this checkout as it is, with BASE's root benchmarks.
 (cd "$repo" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$tmp/new")
-git -C "$repo" show "$base:bench_test.go" > "$tmp/new/bench_test.go"
+git -C "$repo" show "$harness:bench_test.go" > "$tmp/new/bench_test.go"
+git -C "$repo" show "$harness:bench_test.go" > "$tmp/base/bench_test.go"
+# Each tree is built LAYOUTS times (default 3), each time with a padding file
+# of a different size compiled into the package first, so that its code sits
+# at other addresses: the same code measures up to ±8 % apart from one
+# layout to another here, a bias that more runs of one binary do not
+# average out. The runs use the layouts in turn and benchstat pools them.
+LAYOUTS=${LAYOUTS:-3}
+pad() { # pad K: a padding file of K×64 statements
+  printf 'package addrlimit\n\nimport "os"\n\nvar layoutPadSink = layoutPad(len(os.Args))\n\nfunc layoutPad(n int) int {\n\ts := 0\n'
+  for i in $(seq 1 $((64 * $1))); do printf '\tif n == %d {\n\t\ts += %d * n\n\t}\n' $((100000 + i)) "$i"; done
+  printf '\treturn s\n}\n'
+}
 for tree in base new; do
-  (cd "$tmp/$tree" && GOWORK=off go test -c -o "$tmp/root-$tree.test" .)
+  for k in $(seq 0 $((LAYOUTS - 1))); do
+    pad "$k" > "$tmp/$tree/aaa_layout_pad_test.go"
+    (cd "$tmp/$tree" && GOWORK=off go test -c -o "$tmp/root-$tree-$k.test" .)
+  done
+  rm "$tmp/$tree/aaa_layout_pad_test.go"
 done
 
 # interleave OUT CMD...: runs CMD for base and new (BIN replaced by each
@@ -54,7 +73,11 @@ interleave() {
   go run "$BENCHSTAT" "base=results/compare-$out-base.txt" "new=results/compare-$out-new.txt" | tee "results/compare-$out.txt"
 }
 
-root_bench() { "$tmp/root-$1.test" -test.run '^$' -test.bench "$BENCH" -test.benchmem -test.count 1; }
+root_run=0
+root_bench() {
+  "$tmp/root-$1-$((root_run / 2 % LAYOUTS)).test" -test.run '^$' -test.bench "$BENCH" -test.benchmem -test.count 1
+  root_run=$((root_run + 1))
+}
 interleave root root_bench
 [ "${ONLY_ROOT:-0}" = 1 ] && exit 0
 
