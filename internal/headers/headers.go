@@ -74,13 +74,13 @@ func Seconds(d time.Duration) int {
 // NextToken, ResetAfter: the quota fields, unless Unknown) and, for a denied
 // request, the request (RetryAfter: the Retry-After field).
 type State struct {
-	Unknown    bool // the quota is unknown (the store failed): no quota fields
 	Remaining  int
 	NextToken  time.Duration // the bucket's wait for one whole token (RateLimit's t); zero while Remaining > 0
 	RetryAfter time.Duration // the request's wait for its cost (Retry-After), when Denied
 	ResetAfter time.Duration // until the bucket is full
 	Denied     bool          // adds Retry-After and Cache-Control: no-store
 	Never      bool          // with Denied: no wait lets the request succeed, so no Retry-After
+	Unknown    bool          // the quota is unknown (the store failed): no quota fields
 }
 
 // Writer sets the fields of one policy. It is immutable after New and safe
