@@ -231,6 +231,9 @@ func TestCostOverBurstWhileTheStoreFails(t *testing.T) {
 			assert.ErrorIs(t, got.Err, errRefused, "the store's error is reported")
 			assert.False(t, got.Degraded, "the cost rule decided, not the failure policy")
 			assert.Equal(t, tc.limit, got.Limit)
+			if tc.limit == 0 {
+				assert.Zero(t, got.Remaining, "an unknown quota reports no tokens")
+			}
 			assert.Equal(t, uint64(1), lim.Stats().StoreErrors)
 		})
 	}

@@ -175,7 +175,7 @@ func (t *InternalToken) classify(authorization []string) tokenClass {
 	if !ok {
 		return tokenNone
 	}
-	if t.s == nil {
+	if t == nil || t.s == nil { // a nil or zero token accepts nothing
 		return tokenNone
 	}
 	var buf [MaxTokenLen]byte
@@ -198,10 +198,16 @@ func (t *InternalToken) classify(authorization []string) tokenClass {
 
 // Require returns a handler that serves next only for requests that Match,
 // and answers all others (retired secrets included) 401 Unauthorized with
-// "WWW-Authenticate: Bearer" and a fixed body.
+// "WWW-Authenticate: Bearer" and a fixed body. It panics if t or next is
+// nil (a token whose NewInternalToken error was dropped), when the route is
+// built rather than on a request. Match and MatchAuthorization of a nil or
+// zero token report false.
 func (t *InternalToken) Require(next http.Handler) http.Handler {
 	if next == nil {
 		panic("addrlimit: InternalToken.Require called with a nil handler")
+	}
+	if t == nil {
+		panic("addrlimit: InternalToken.Require called on a nil token")
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !t.Match(r) {

@@ -93,6 +93,17 @@ func TestRequire(t *testing.T) {
 func TestRequireNilPanicsAtWiringTime(t *testing.T) {
 	tok := mustToken(t, secret)
 	assert.Panics(t, func() { tok.Require(nil) }, "Require(nil) did not panic")
+	var missing *addrlimit.InternalToken // NewInternalToken's error dropped
+	assert.PanicsWithValue(t, "addrlimit: InternalToken.Require called on a nil token", func() { missing.Require(okHandler) })
+}
+
+// A nil or zero token accepts nothing, and never panics on a request.
+func TestNilAndZeroTokensMatchNothing(t *testing.T) {
+	r := req("192.0.2.1:1", "Authorization", "Bearer "+secret)
+	for name, tok := range map[string]*addrlimit.InternalToken{"nil": nil, "zero": {}} {
+		assert.False(t, tok.Match(r), name)
+		assert.False(t, tok.MatchAuthorization([]string{"Bearer " + secret}), name)
+	}
 }
 
 // TestIncident replays the three observations of the incident write-up.

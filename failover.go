@@ -98,9 +98,10 @@ func (f *failover) peek(ctx context.Context, ps *policyState, k bucketKey) answe
 	if err == nil {
 		return answer{Result: res}
 	}
-	a := answer{Result: result(ps.table.Peek(k.hash, f.local.now())), err: err}
-	a.unknown = f.policy != FailLocal // the local table mirrors nothing
-	return a
+	if f.policy != FailLocal {
+		return answer{err: err, unknown: true} // the local table mirrors nothing
+	}
+	return answer{Result: result(ps.table.Peek(k.hash, f.local.now())), err: err}
 }
 
 // refund gives n tokens back to the bucket that paid them: remote's, or the

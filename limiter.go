@@ -56,9 +56,9 @@ import (
 // Limiter limits requests per key under one or more policies. Build it with
 // New; it is immutable and safe for concurrent use, and starts no goroutine.
 // A Limiter not built by New (the zero value, or a nil pointer) never lets a
-// request through unlimited: Handler, Allow, AllowAs, AllowKey, Respond and
-// Refund panic with "addrlimit: Limiter not built with New", and Peek and
-// Reset return that error.
+// request through unlimited: Handler, Allow, AllowAs, AllowKey, Respond,
+// Refund, Stats and Policies panic with "addrlimit: Limiter not built with
+// New", and Peek and Reset return that error.
 type Limiter struct {
 	policies  []*policyState // [0] is the default policy
 	byName    map[string]*policyState
@@ -175,6 +175,7 @@ func newPolicy(name string, limit, burst int, per time.Duration) (Policy, error)
 // Policies returns a copy of the limiter's policies: the default one first,
 // then the named ones in the order of their WithPolicy options.
 func (l *Limiter) Policies() []Policy {
+	l.mustBeBuilt()
 	out := make([]Policy, len(l.policies))
 	for i, ps := range l.policies {
 		out[i] = ps.Policy

@@ -430,6 +430,8 @@ func TestZeroLimiterFailsLoudlyNeverLimitsNothing(t *testing.T) {
 			panicsWith("Refund", func() {
 				l.Refund(context.Background(), addrlimit.Decision{Outcome: addrlimit.Allowed, Policy: "default", Key: "k", Cost: 1})
 			})
+			panicsWith("Stats", func() { l.Stats() })
+			panicsWith("Policies", func() { l.Policies() })
 			panicsWith("Respond", func() {
 				l.Respond(httptest.NewRecorder(), req("192.0.2.1:1"), addrlimit.Decision{Outcome: addrlimit.Limited, Policy: "default"})
 			})

@@ -207,8 +207,8 @@ func WithExempt(f func(*http.Request) bool) Option {
 }
 
 // WithDeniedHandler replaces the body and status of denied responses (by
-// default 429 with a short plain-text body, or 503 when the store failed
-// under FailClosed). When h runs, the quota fields, Retry-After (except for
+// default 429 with a short plain-text body, 413 for a cost over the burst,
+// or 503 when the store failed under FailClosed). When h runs, the quota fields, Retry-After (except for
 // a cost over the burst, errors.Is(d.Err, ErrCostOverBurst): see WithCost)
 // and Cache-Control are already set, and DecisionFromContext(r.Context()) returns
 // the Decision. h must not reveal Decision.Err to the client.
@@ -363,9 +363,12 @@ func (p FailurePolicy) String() string {
 }
 
 // WithStoreFailure sets what happens when the Store returns an error; the
-// default is FailLocal. Either way the Decision has Err and Degraded set, so
-// observers see every failure; no error text reaches the client. It needs
-// WithStore (the in-memory buckets never fail): New refuses it without.
+// default is FailLocal. A decision the failure policy took has Err and
+// Degraded set; a cost over the burst refused while the store fails has the
+// store's error in Err but is not Degraded (the cost decided); a refund that
+// fails is only counted (Stats.StoreErrors). No error text reaches the
+// client. It needs WithStore (the in-memory buckets never fail): New
+// refuses it without.
 func WithStoreFailure(p FailurePolicy) Option {
 	return func(c *config) error {
 		if p > FailClosed {

@@ -56,25 +56,32 @@ func (d *Decision) overBurst() bool {
 // middleware (gin) or who decide elsewhere: nothing for an Exempt decision,
 // the quota fields for a counted one, and for a denied one the whole refusal
 // Handler sends (the fields, Retry-After, Cache-Control: no-store and 429
-// Too Many Requests with the fixed body, 503 when the store failed under
-// FailClosed, or the WithDeniedHandler response). It reports whether it
-// refused the request: then do not serve it (in gin, c.Abort()). r is the
-// request being answered (a WithDeniedHandler handler gets it).
+// Too Many Requests with the fixed body, 413 Content Too Large for a cost
+// over the burst, 503 when the store failed under FailClosed, or the
+// WithDeniedHandler response). It reports whether it refused the request:
+// then do not serve it (in gin, c.Abort()). r is the request being answered
+// (a WithDeniedHandler handler gets it).
 //
 // d must be a decision of this Limiter (Allow, AllowAs or AllowKey). One of
 // a policy the Limiter does not have gets no quota fields, and if denied,
 // the refusal of an unknown quota (503 with Retry-After: 1, or 413 for
-// ErrCostOverBurst): it is still refused.
+// ErrCostOverBurst): it is still refused. A Decision with no outcome (the
+// zero Decision, as DecisionFromContext returns when it finds none) is
+// refused that way too: nothing that is not a decision lets a request
+// through.
 func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (refused bool) {
-	if d.Outcome != Allowed && d.Outcome != Limited {
+	l.mustBeBuilt()
+	if d.Outcome == Exempt {
 		return false
 	}
-	l.mustBeBuilt()
 	ps := l.byName[d.Policy]
-	if ps == nil {
-		// Quota unknown: no fields from another policy, and if denied,
-		// FailClosed's refusal.
+	if ps == nil || d.Outcome != Allowed && d.Outcome != Limited {
+		// Quota unknown: no fields from another policy, and if denied (or
+		// not a decision at all), FailClosed's refusal.
 		ps, d.Limit, d.RetryAfter = l.policies[0], 0, time.Second
+		if d.Outcome != Allowed {
+			d.Outcome, d.DryRun = Limited, false
+		}
 	}
 	return l.write(w, r, ps, &d)
 }

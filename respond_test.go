@@ -87,8 +87,26 @@ func TestRespondLeavesAnExemptRequestUntouched(t *testing.T) {
 	w := httptest.NewRecorder()
 	lim := mustNew(t, 1, time.Hour)
 	assert.False(t, lim.Respond(w, req("192.0.2.1:1"), addrlimit.Decision{Outcome: addrlimit.Exempt}))
-	assert.False(t, lim.Respond(w, req("192.0.2.1:1"), addrlimit.Decision{}))
 	assert.Empty(t, w.Header())
+}
+
+// A Decision that is none (the zero value, as DecisionFromContext returns
+// when it finds nothing, or an outcome no Limiter makes) is refused as one
+// of an unknown quota: no mistake in the caller lets a request through.
+func TestRespondRefusesWhatIsNotADecision(t *testing.T) {
+	lim := mustNew(t, 1, time.Hour)
+	missing, ok := addrlimit.DecisionFromContext(context.Background())
+	require.False(t, ok)
+	for name, d := range map[string]addrlimit.Decision{
+		"zero":            missing,
+		"unknown outcome": {Outcome: 99, Policy: "default", Limit: 1, Remaining: 1},
+	} {
+		w := httptest.NewRecorder()
+		assert.True(t, lim.Respond(w, req("192.0.2.1:1"), d), name)
+		assert.Equal(t, http.StatusServiceUnavailable, w.Code, name)
+		assert.Equal(t, "1", w.Header().Get("Retry-After"), name)
+		assert.Empty(t, w.Header().Get("RateLimit"), name)
+	}
 }
 
 func TestRefundGivesBackWhatAllowCharged(t *testing.T) {

@@ -20,8 +20,10 @@ type Stats struct {
 	// them is being throttled because it still sends an old secret.
 	RetiredTokenLimited uint64
 	// KeyErrors counts requests whose key, policy or cost was not clean (see
-	// ErrNoClientAddress and its siblings); each was still charged.
-	// StoreErrors counts Store failures, decided by the failure policy.
+	// ErrNoClientAddress and its siblings); each was still charged (to a
+	// fallback key, policy or cost), or refused (ErrCostOverBurst).
+	// StoreErrors counts failed Store calls: of decisions (then the failure
+	// policy decided, or a cost over the burst was refused) and of refunds.
 	KeyErrors, StoreErrors uint64
 	// Keys is the number of exact buckets held in memory, all policies
 	// together (the buckets themselves, or the local fallback of a remote
@@ -51,6 +53,7 @@ type PolicyStats struct {
 // costs a pass over the tables, and suits expvar.Func or a metrics collector
 // that reads it at scrape time.
 func (l *Limiter) Stats() Stats {
+	l.mustBeBuilt()
 	s := Stats{
 		Exempt:              l.exempted.Load(),
 		Refunded:            l.refunded.Load(),

@@ -38,12 +38,6 @@ func NewPolicy(burst int, interval time.Duration) (Policy, error) {
 	return Policy{burst: int64(burst), interval: int64(interval), tau: int64(burst) * int64(interval)}, nil
 }
 
-// Burst is the bucket capacity.
-func (p Policy) Burst() int { return int(p.burst) }
-
-// Interval is the time for one token to refill.
-func (p Policy) Interval() time.Duration { return time.Duration(p.interval) }
-
 // Take charges n tokens at now to a bucket whose state is tat (0, or any
 // value <= now, for a full bucket; up to now + 2*tau for a bucket in debt,
 // which Mirror can record) and returns the new state and whether the tokens
@@ -72,11 +66,3 @@ func (p Policy) Read(tat, now, need int64) (remaining int, wait, full time.Durat
 	wait = time.Duration(max(tat+need*p.interval-p.tau-now, 0))
 	return remaining, wait, time.Duration(tat - now)
 }
-
-// Full reports whether a bucket in state tat is full at now: such a bucket is
-// indistinguishable from a new one and can be forgotten.
-func (p Policy) Full(tat, now int64) bool { return tat <= now }
-
-// Empty reports whether a bucket in state tat has less than one token at now,
-// that is, whether its client is being limited right now.
-func (p Policy) Empty(tat, now int64) bool { return tat-now > p.tau-p.interval }

@@ -49,3 +49,9 @@ func (p Policy) peek(tat, now int64) result {
 	r, w, f := p.Read(tat, now, 1)
 	return result{r > 0, r, w, f}
 }
+
+// Burst is the bucket capacity, for tests.
+func (p Policy) Burst() int { return int(p.burst) }
+
+// Interval is the time for one token to refill, for tests.
+func (p Policy) Interval() time.Duration { return time.Duration(p.interval) }

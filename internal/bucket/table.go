@@ -88,9 +88,6 @@ func NewTable(policy Policy, maxKeys int) *Table {
 	return t
 }
 
-// Policy returns the policy the table enforces.
-func (t *Table) Policy() Policy { return t.policy }
-
 func (t *Table) shard(h uint64) *shard { return &t.shards[(h^h>>32)&t.mask] }
 
 // lock locks h's shard and records now for Stats. It returns h, or 1 for

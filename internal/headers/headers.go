@@ -298,18 +298,21 @@ func dropLength(h http.Header) {
 func refusal(h http.Header, c *chunk, status int) []byte {
 	c.set(h, fieldType, plainText)
 	c.set(h, fieldTypeOptions, noSniff)
-	return Body(status)
+	return body(status)
 }
 
 var (
 	bodyTooMany     = []byte("too many requests\n")
 	bodyTooLarge    = []byte("content too large\n")
 	bodyUnavailable = []byte("service unavailable\n")
+	bodyRefused     = []byte("request refused\n")
 )
 
-// Body returns the default refusal body for status: its lower-case status
-// text and a newline. Do not modify it: 413, 429 and 503 share one slice each.
-func Body(status int) []byte {
+// body returns the default refusal body for status, shared by all
+// responses (do not modify it): its lower-case status text and a newline for
+// the statuses a Limiter refuses with (413, 429, 503), a generic line for
+// any other.
+func body(status int) []byte {
 	switch status {
 	case http.StatusTooManyRequests:
 		return bodyTooMany
@@ -318,15 +321,5 @@ func Body(status int) []byte {
 	case http.StatusServiceUnavailable:
 		return bodyUnavailable
 	}
-	text := http.StatusText(status)
-	if text == "" {
-		text = "status " + strconv.Itoa(status)
-	}
-	b := []byte(text + "\n")
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return b
+	return bodyRefused
 }

@@ -113,10 +113,10 @@ func TestWriteDenied(t *testing.T) {
 func TestRefusalBodies(t *testing.T) {
 	w := New(None, "default", 1, time.Second)
 	for status, body := range map[int]string{
-		http.StatusTooManyRequests:    "too many requests\n",
-		http.StatusServiceUnavailable: "service unavailable\n",
-		http.StatusTeapot:             "i'm a teapot\n",
-		599:                           "status 599\n",
+		http.StatusTooManyRequests:       "too many requests\n",
+		http.StatusServiceUnavailable:    "service unavailable\n",
+		http.StatusRequestEntityTooLarge: "content too large\n",
+		http.StatusTeapot:                "request refused\n",
 	} {
 		h := http.Header{"Content-Length": {"3"}}
 		got := w.WriteDenied(h, State{Denied: true, Never: true}, status)
