@@ -1,10 +1,12 @@
 package addrlimit_test
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,23 +21,9 @@ func TestCoreImportsTheStandardLibraryOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dir := range append([]string{"."}, dirs...) {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, name := range files {
-			if strings.HasSuffix(name, "_test.go") {
-				continue
-			}
-			src, err := os.ReadFile(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := parser.ParseFile(token.NewFileSet(), name, src, parser.ImportsOnly)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, imp := range f.Imports {
+		files := parseProductionFiles(t, token.NewFileSet(), dir, parser.ImportsOnly)
+		for _, name := range sortedNames(files) {
+			for _, imp := range files[name].Imports {
 				path, _ := strconv.Unquote(imp.Path.Value)
 				first, _, _ := strings.Cut(path, "/")
 				if strings.Contains(first, ".") && !strings.HasPrefix(path, "github.com/addrlimit/addrlimit/internal/") {
@@ -44,4 +32,38 @@ func TestCoreImportsTheStandardLibraryOnly(t *testing.T) {
 			}
 		}
 	}
+}
+
+// parseProductionFiles parses the non-test Go files of dir, by path.
+func parseProductionFiles(t *testing.T, fset *token.FileSet, dir string, mode parser.Mode) map[string]*ast.File {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]*ast.File{}
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(fset, name, src, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = f
+	}
+	return files
+}
+
+func sortedNames(files map[string]*ast.File) []string {
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
 }
