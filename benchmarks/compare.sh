@@ -17,6 +17,7 @@
 # needs redis-server and wrk on PATH for the second part, and about 25 min.
 set -euo pipefail
 cd "$(dirname "$0")"
+. ./e2e.sh
 base=${1:?usage: compare.sh BASE}
 harness=${HARNESS:-$base}
 COUNT=${COUNT:-8}
@@ -88,31 +89,13 @@ done
 redis_bench() { (cd "$tmp/$1/redisstore" && "$tmp/redis-$1.test" -test.run '^$' -test.bench '^BenchmarkTake$' -test.benchmem -test.count 1); }
 interleave redis redis_bench
 
-pin_server=() pin_wrk=()
-if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
-  pin_server=(taskset -c 0) pin_wrk=(taskset -c 1)
-fi
+e2e_pins
 # e2e_bench TREE: one round of every addrlimit contender, as benchmark lines
 # (requests/s as ns per request) so that benchstat compares them.
 e2e_bench() {
   for lib in addrlimit addrlimit-noheaders; do
-    rm -f "$tmp/url"
-    "${pin_server[@]}" "$tmp/e2e-$1" -lib "$lib" -addr 127.0.0.1:0 > "$tmp/url" &
-    server=$!
-    local url=
-    for _ in $(seq 100); do
-      url=$(head -n 1 "$tmp/url" 2>/dev/null || true)
-      [ -n "$url" ] && break
-      sleep 0.05
-    done
-    [ -n "$url" ] || { echo "cmd/e2e -lib $lib did not start" >&2; exit 1; }
-    "${pin_wrk[@]}" wrk -t1 -c"$E2E_CONNS" -d1s "$url" > /dev/null
-    local rps
-    rps=$("${pin_wrk[@]}" wrk -t1 -c"$E2E_CONNS" -d"${E2E_SECONDS}s" "$url" | awk '/^Requests\/sec:/ {print $2}')
-    kill "$server"
-    wait "$server" 2>/dev/null || true
-    server=
-    awk -v lib="$lib" -v rps="$rps" 'BEGIN { printf "BenchmarkE2E/lib=%s 1 %.1f ns/op %.0f req/s\n", lib, 1e9 / rps, rps }'
+    e2e_round "$tmp/e2e-$1" "$lib" >&2
+    awk -v lib="$lib" -v rps="$e2e_rps" 'BEGIN { printf "BenchmarkE2E/lib=%s 1 %.1f ns/op %.0f req/s\n", lib, 1e9 / rps, rps }'
   done
 }
 interleave e2e e2e_bench

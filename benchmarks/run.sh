@@ -22,6 +22,7 @@
 # (installed with apt-get when missing and run as root) and 2 or more cores.
 set -euo pipefail
 cd "$(dirname "$0")"
+. ./e2e.sh
 COUNT=${COUNT:-6}
 E2E_ROUNDS=${E2E_ROUNDS:-5}
 E2E_SECONDS=${E2E_SECONDS:-3}
@@ -57,39 +58,18 @@ e2e() {
       return 0
     fi
   fi
-  local pin_server=() pin_wrk=() pinned=no
-  if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
-    pin_server=(taskset -c 0) pin_wrk=(taskset -c 1) pinned=yes
-  fi
+  e2e_pins
   go build -o "$tmp/e2e" ./cmd/e2e
   local libs
   mapfile -t libs < <("$tmp/e2e" -list)
   local n=${#libs[@]}
   : > results/e2e.txt
-  echo "# pinned=$pinned rounds=$E2E_ROUNDS seconds=$E2E_SECONDS connections=$E2E_CONNS wrk=$(wrk -v 2>&1 | head -1 | cut -d' ' -f2)" >> results/e2e.txt
+  echo "# pinned=$e2e_pinned rounds=$E2E_ROUNDS seconds=$E2E_SECONDS connections=$E2E_CONNS wrk=$(wrk -v 2>&1 | head -1 | cut -d' ' -f2)" >> results/e2e.txt
   for round in $(seq 1 "$E2E_ROUNDS"); do
     for i in $(seq 0 $((n - 1))); do
       local lib=${libs[$(((i + round - 1) % n))]}
-      rm -f "$tmp/url"
-      "${pin_server[@]}" "$tmp/e2e" -lib "$lib" -addr 127.0.0.1:0 > "$tmp/url" &
-      server=$!
-      local url=
-      for _ in $(seq 100); do
-        url=$(head -n 1 "$tmp/url" 2>/dev/null || true)
-        [ -n "$url" ] && break
-        sleep 0.05
-      done
-      if [ -z "$url" ]; then echo "cmd/e2e -lib $lib did not start" >&2; exit 1; fi
-      "${pin_wrk[@]}" wrk -t1 -c"$E2E_CONNS" -d1s "$url" > /dev/null
-      local out
-      out=$("${pin_wrk[@]}" wrk -t1 -c"$E2E_CONNS" -d"${E2E_SECONDS}s" "$url")
-      kill "$server"
-      wait "$server" || true
-      server=
-      local rps non2xx
-      rps=$(awk '/^Requests\/sec:/ {print $2}' <<< "$out")
-      non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' <<< "$out")
-      printf '%d\t%s\t%s\t%s\n' "$round" "$lib" "${rps:-0}" "${non2xx:-0}" | tee -a results/e2e.txt >&2
+      e2e_round "$tmp/e2e" "$lib"
+      printf '%d\t%s\t%s\t%s\n' "$round" "$lib" "${e2e_rps:-0}" "${e2e_non2xx:-0}" | tee -a results/e2e.txt >&2
     done
   done
 }
