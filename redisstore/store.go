@@ -132,7 +132,7 @@ func WithDenyCache(maxKeys int) Option {
 
 // WithBreaker sets the circuit breaker: a node's circuit opens after
 // failures consecutive round trips to it failed for want of Redis (network
-// errors, a round trip that outlived the timeout, CLUSTERDOWN, LOADING and
+// errors, a round trip that outlived the timeout, CLUSTERDOWN, LOADING, OOM and
 // the like; never the time a call spent queued for a batch, an error about
 // one key's value, or the caller's own context ending), and while open a
 // background probe pings the node every probeEvery. failures must be at least 1 and probeEvery at least
