@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,5 +160,174 @@ func TestFullRedisGetsTheDebtsOnceItHasMemory(t *testing.T) {
 	d := lim.AllowKey(ctx, "", "client", 1)
 	if d.Degraded || !d.Denied() || d.Remaining != 0 {
 		t.Fatalf("first decision by Redis after the episode: %+v, want limited by Redis (the debt of 5 paid)", d)
+	}
+}
+
+// New refuses a Redis whose maxmemory-policy may evict buckets, with an
+// error that names the policy and the way out, unless WithEvictionAccepted;
+// it accepts noeviction, volatile-ttl, any policy without a maxmemory, and a
+// Redis that does not let it read its configuration.
+func TestNewRefusesAnEvictingRedis(t *testing.T) {
+	srv := startServer(t)
+	c := srv.client(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		maxmemory, policy string
+		refused           bool
+	}{
+		{"100mb", "allkeys-lru", true},
+		{"100mb", "volatile-lru", true},
+		{"100mb", "allkeys-lfu", true},
+		{"100mb", "volatile-random", true},
+		{"100mb", "volatile-ttl", false},
+		{"100mb", "noeviction", false},
+		{"0", "allkeys-lru", false},
+	} {
+		t.Run(tc.maxmemory+"/"+tc.policy, func(t *testing.T) {
+			if err := c.ConfigSet(ctx, "maxmemory", tc.maxmemory).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.ConfigSet(ctx, "maxmemory-policy", tc.policy).Err(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := redisstore.New(c)
+			switch {
+			case !tc.refused && err != nil:
+				t.Fatalf("New: %v, want a store", err)
+			case tc.refused && (err == nil || !strings.HasPrefix(err.Error(), "redisstore: ") ||
+				!strings.Contains(err.Error(), tc.policy) || !strings.Contains(err.Error(), srv.addr()) ||
+				!strings.Contains(err.Error(), "WithEvictionAccepted")):
+				t.Fatalf("New: %v, want an error naming the node, the policy and WithEvictionAccepted", err)
+			}
+			if _, err := redisstore.New(c, redisstore.WithEvictionAccepted()); err != nil {
+				t.Fatalf("New with WithEvictionAccepted: %v", err)
+			}
+		})
+	}
+	t.Run("CONFIG renamed", func(t *testing.T) {
+		srv := startServer(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru", "--rename-command", "CONFIG", "")
+		if _, err := redisstore.New(srv.client(t)); err != nil {
+			t.Fatalf("New on a Redis that refuses CONFIG: %v, want a store (nothing to check)", err)
+		}
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		srv := startServer(t)
+		srv.stop()
+		if _, err := redisstore.New(srv.client(t)); err != nil {
+			t.Fatalf("New with Redis down: %v, want a store (the failure policy decides later)", err)
+		}
+	})
+}
+
+// In a Cluster, New checks every master and names the ones that evict.
+func TestNewChecksEveryClusterMaster(t *testing.T) {
+	nodes := startCluster(t)
+	if err := nodes[1].client(t).ConfigSet(context.Background(), "maxmemory", "100mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[1].client(t).ConfigSet(context.Background(), "maxmemory-policy", "volatile-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := redisstore.New(clusterClient(t, nodes))
+	if err == nil || !strings.Contains(err.Error(), nodes[1].addr()) || strings.Contains(err.Error(), nodes[0].addr()) ||
+		strings.Contains(err.Error(), nodes[2].addr()) {
+		t.Fatalf("New on a Cluster with one volatile-lru master: %v, want an error naming that master only", err)
+	}
+	if _, err := redisstore.New(clusterClient(t, nodes), redisstore.WithEvictionAccepted()); err != nil {
+		t.Fatalf("New with WithEvictionAccepted: %v", err)
+	}
+}
+
+// What one bucket costs Redis (INFO memory, used_memory): the key of a
+// client's IPv6 /64 under the default prefix and a policy named "default",
+// its integer value and its expiry. README "Many instances" quotes it.
+func TestBucketMemory(t *testing.T) {
+	srv := startServer(t)
+	c := srv.client(t)
+	s, err := redisstore.New(c, redisstore.WithTimeout(testTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := addrlimit.Policy{Name: "default", Burst: 10, Interval: 6 * time.Minute} // 10/hour
+	ctx := context.Background()
+	if _, err := s.Peek(ctx, "warm-up", p); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	const buckets, workers = 100_000, 16
+	before := usedMemory(t, c)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < buckets; i += workers {
+				// A /64 as AddrKey writes it, every group four hex digits.
+				key := fmt.Sprintf("2001:%04x:%04x:%04x::/64", 0x1000+i>>24, 0x1000+i>>12&0xfff, 0x1000+i&0xfff)
+				if _, err := s.Take(ctx, key, p, 1); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := c.DBSize(ctx).Val(); n != buckets {
+		t.Fatalf("%d keys in Redis, want %d buckets", n, buckets)
+	}
+	per := float64(usedMemory(t, c)-before) / buckets
+	t.Logf("%.0f B per bucket (%d buckets, key %q)", per, buckets, s.RedisKey("2001:1000:1000:1000::/64", p))
+	if per > 250 {
+		t.Fatalf("%.0f B per bucket, want at most 250 (README \"Many instances\" says about 180)", per)
+	}
+}
+
+// Under volatile-ttl a full Redis evicts the buckets nearest to full first:
+// a flood of one-token buckets (each one refill interval from full) is
+// evicted, and a drained client's bucket (a whole burst from full) stays,
+// so the client stays limited. The README recommends it for that reason;
+// volatile-lru, run the same way, is logged for contrast.
+func TestVolatileTTLEvictsTheFloodNotTheDrained(t *testing.T) {
+	login := addrlimit.Policy{Name: "login", Burst: 5, Interval: 12 * time.Second} // 5/min
+	for _, policy := range []string{"volatile-ttl", "volatile-lru"} {
+		t.Run(policy, func(t *testing.T) {
+			srv := startServer(t, "--maxmemory-policy", policy)
+			c := srv.client(t)
+			ctx := context.Background()
+			s := newStore(t, c, redisstore.WithEvictionAccepted(), redisstore.WithDenyCache(0))
+			for range login.Burst {
+				if res, err := s.Take(ctx, "abuser", login, 1); err != nil || !res.Allowed {
+					t.Fatalf("draining the abuser: %+v %v", res, err)
+				}
+			}
+			// Room for about 6,000 buckets; the flood writes 60,000.
+			if err := c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(usedMemory(t, c)+1<<20, 10)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			const flood, workers = 60_000, 16
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					for i := w; i < flood; i += workers {
+						if _, err := s.Take(ctx, fmt.Sprint("flood-", i), login, 1); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			info := c.Info(ctx, "stats").Val()
+			evicted := info[strings.Index(info, "evicted_keys:"):]
+			evicted = evicted[:strings.Index(evicted, "\r\n")]
+			res, err := s.Take(ctx, "abuser", login, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s, %d keys left; the drained abuser's next request: allowed %v, remaining %d", evicted, c.DBSize(ctx).Val(), res.Allowed, res.Remaining)
+			if evicted == "evicted_keys:0" {
+				t.Fatal("Redis evicted nothing: the flood did not fill it")
+			}
+			if policy == "volatile-ttl" && res.Allowed {
+				t.Fatalf("under volatile-ttl the drained abuser's bucket was evicted: %+v", res)
+			}
+		})
 	}
 }
