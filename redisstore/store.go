@@ -32,10 +32,10 @@
 //
 // The limit holds only if Redis never deletes a bucket in use: a deleted
 // bucket is a full one. Give the store a Redis of its own, with a maxmemory
-// sized for its buckets (about 190 B each) and maxmemory-policy noeviction
+// sized for its buckets (166–190 B each) and maxmemory-policy noeviction
 // or volatile-ttl; New refuses the other evicting policies (see
 // WithEvictionAccepted). Under noeviction a full Redis refuses the script's
-// writes with OOM, which the store treats as an outage (see Failures).
+// writes with OOM, which the store treats as an outage (see WithBreaker).
 //
 // # Failures
 //
@@ -182,7 +182,8 @@ func WithMaxBatch(n int) Option {
 // maxmemory-policy (CONFIG GET, on every master of a Cluster, within the
 // timeout or one second, whichever is longer) and refuses a Redis that may
 // evict buckets, unless WithEvictionAccepted (see there for why). A Redis
-// that refuses CONFIG or does not answer is not checked.
+// that refuses CONFIG or does not answer is not checked; New then returns
+// after that bound at most.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
