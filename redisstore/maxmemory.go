@@ -65,7 +65,11 @@ func (s *Store) checkMemoryPolicy() error {
 		}
 	}
 	node := func(ctx context.Context, c *redis.Client) error {
-		check(ctx, c, c.Options().Addr)
+		addr := c.Options().Addr
+		if addr == "FailoverClient" { // Sentinel's: the master it reaches is not named
+			addr = ""
+		}
+		check(ctx, c, addr)
 		return nil
 	}
 	switch c := s.client.(type) {
