@@ -34,10 +34,10 @@ const policyCheckTimeout = time.Second
 // miss, and the loss shows only when memory is full, which is when a flood
 // of keys is under way: the error and this option put the choice in the
 // code, where it is reviewed once. New does not fail when it cannot read
-// the policy (CONFIG renamed or refused, as on most managed Redis services,
-// or Redis unreachable at start-up), nor when maxmemory is 0, so a fleet
-// never fails to start for want of an answer. New checks once: a policy
-// changed later is not seen by running stores, and makes the next New fail.
+// the policy (CONFIG renamed or refused, as on Amazon ElastiCache, or Redis
+// unreachable at start-up), nor when maxmemory is 0, so a fleet never fails
+// to start for want of an answer. New checks once: a policy changed later is
+// not seen by running stores, and makes the next New fail.
 func WithEvictionAccepted() Option {
 	return func(s *Store) error {
 		s.evictionAccepted = true

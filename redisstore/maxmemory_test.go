@@ -191,6 +191,7 @@ func TestNewRefusesAnEvictingRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := redisstore.New(c)
+			t.Log(err)
 			switch {
 			case !tc.refused && err != nil:
 				t.Fatalf("New: %v, want a store", err)
