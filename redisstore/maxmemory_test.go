@@ -276,7 +276,7 @@ func TestBucketMemory(t *testing.T) {
 	per := float64(usedMemory(t, c)-before) / buckets
 	t.Logf("%.0f B per bucket (%d buckets, key %q)", per, buckets, s.RedisKey("2001:1000:1000:1000::/64", p))
 	if per > 250 {
-		t.Fatalf("%.0f B per bucket, want at most 250 (README \"Many instances\" says about 180)", per)
+		t.Fatalf("%.0f B per bucket, want at most 250 (README \"Many instances\" says 166–190)", per)
 	}
 }
 
