@@ -334,3 +334,49 @@ func TestVolatileTTLEvictsTheFloodNotTheDrained(t *testing.T) {
 		})
 	}
 }
+
+// A client the fleet had limited stays limited when Redis is full and
+// newcomers' OOM failures have opened the circuit: each instance's FailLocal
+// mirror continues from Redis's last answer. Two instances, 5/hour.
+func TestFullRedisKeepsLimitedClientsLimited(t *testing.T) {
+	srv := startServer(t, "--maxmemory-policy", "noeviction")
+	c := srv.client(t)
+	prefix := redisstore.WithKeyPrefix(testPrefix(t))
+	var fleet []*addrlimit.Limiter
+	for range 2 {
+		s, err := redisstore.New(c, prefix, redisstore.WithTimeout(testTimeout), redisstore.WithBreaker(3, time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim, err := addrlimit.New(5, time.Hour, addrlimit.WithStore(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fleet = append(fleet, lim)
+	}
+	ctx := context.Background()
+	for i := range 6 { // drained through both, which mirror Redis's empty bucket
+		if d := fleet[i%2].AllowKey(ctx, "", "abuser", 1); d.Degraded || d.Denied() != (i == 5) {
+			t.Fatalf("request %d before Redis was full: %+v", i+1, d)
+		}
+	}
+	fillRedis(t, c)
+	for _, lim := range fleet {
+		var last addrlimit.Decision
+		for i := range 3 {
+			last = lim.AllowKey(ctx, "", fmt.Sprint("newcomer-", i), 1)
+		}
+		if last = lim.AllowKey(ctx, "", "newcomer-3", 1); !errors.Is(last.Err, redisstore.ErrCircuitOpen) {
+			t.Fatalf("after 3 newcomers' OOM failures: %v, want the circuit open", last.Err)
+		}
+	}
+	allowed := 0
+	for i := range 20 {
+		if d := fleet[i%2].AllowKey(ctx, "", "abuser", 1); !d.Denied() {
+			allowed++
+		}
+	}
+	if allowed != 0 {
+		t.Fatalf("the drained client got %d of 20 requests through a full Redis, want 0", allowed)
+	}
+}
