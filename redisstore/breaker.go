@@ -102,7 +102,9 @@ func isOutage(err error) bool {
 	if !errors.As(err, &reply) {
 		return true // network error, timeout, closed pool
 	}
-	for _, p := range []string{"CLUSTERDOWN", "LOADING", "MASTERDOWN", "BUSY", "TRYAGAIN"} {
+	// OOM: a Redis at maxmemory under noeviction refuses every write,
+	// whichever key it is for.
+	for _, p := range []string{"CLUSTERDOWN", "LOADING", "MASTERDOWN", "BUSY", "TRYAGAIN", "OOM"} {
 		if strings.HasPrefix(reply.Error(), p) {
 			return true
 		}

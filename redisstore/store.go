@@ -28,6 +28,15 @@
 // one hash tag ("{user42}:login", "{user42}:api") share a slot, so a hash
 // tag in the prefix would put every bucket in one slot.
 //
+// # Redis configuration
+//
+// The limit holds only if Redis never deletes a bucket in use: a deleted
+// bucket is a full one. Give the store a Redis of its own, with a maxmemory
+// sized for its buckets (166–190 B each) and maxmemory-policy noeviction
+// or volatile-ttl; New refuses the other evicting policies (see
+// WithEvictionAccepted). Under noeviction a full Redis refuses the script's
+// writes with OOM, which the store treats as an outage (see WithBreaker).
+//
 // # Failures
 //
 // Every round trip is bounded by WithTimeout; the time a call waits for a
@@ -90,6 +99,8 @@ type Store struct {
 
 	single   *breaker // the breaker unless cluster
 	breakers sync.Map // cluster: node address → *breaker
+
+	evictionAccepted bool // WithEvictionAccepted
 }
 
 // An Option configures New.
@@ -132,7 +143,7 @@ func WithDenyCache(maxKeys int) Option {
 
 // WithBreaker sets the circuit breaker: a node's circuit opens after
 // failures consecutive round trips to it failed for want of Redis (network
-// errors, a round trip that outlived the timeout, CLUSTERDOWN, LOADING and
+// errors, a round trip that outlived the timeout, CLUSTERDOWN, LOADING, OOM and
 // the like; never the time a call spent queued for a batch, an error about
 // one key's value, or the caller's own context ending), and while open a
 // background probe pings the node every probeEvery. failures must be at least 1 and probeEvery at least
@@ -167,7 +178,12 @@ func WithMaxBatch(n int) Option {
 // New returns a store that keeps buckets in client. The caller owns client;
 // the store never closes it. A go-redis client must be configured with
 // ContextTimeoutEnabled: true, so that the per-call timeout bounds network
-// reads; New rejects one that is not.
+// reads; New rejects one that is not. New also reads Redis's maxmemory and
+// maxmemory-policy (CONFIG GET, on every master of a Cluster, within the
+// timeout or one second, whichever is longer) and refuses a Redis that may
+// evict buckets, unless WithEvictionAccepted (see there for why). A Redis
+// that refuses CONFIG or does not answer is not checked; New then returns
+// after that bound at most.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
@@ -195,6 +211,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	s.cluster, _ = client.(*redis.ClusterClient)
 	s.single = s.newBreaker(client.Ping)
+	if err := s.checkMemoryPolicy(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

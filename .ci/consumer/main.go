@@ -1,7 +1,7 @@
 // Command consumer is the program .ci/consumer-check builds in a throwaway
 // module against the published modules, fetched from a file-based module proxy
 // exactly as a user's go get fetches them. It wires the modules together as
-// the README does and makes a few decisions in memory; it opens no connection.
+// the README does and makes a few decisions in memory; it needs no Redis.
 // The check also compiles a blank import of every public package of every
 // published module, so a new module is covered without editing this file.
 // Keep it small, and keep it compiling against the API on main.
@@ -39,7 +39,7 @@ func main() {
 func run() error {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
-	if _, err := redisstore.New(client); err != nil { // New does not dial
+	if _, err := redisstore.New(client); err != nil { // without a Redis there New cannot read its memory policy, and builds the store
 		return err
 	}
 
