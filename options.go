@@ -123,9 +123,11 @@ func WithPolicySelector(f PolicySelector) Option {
 // once per counted request, before the handler runs.
 //
 // A cost above the policy's burst can never be paid: the request is refused
-// with ErrCostOverBurst and charged nothing. Handler answers it 413 Content
-// Too Large, without Retry-After (no wait makes it possible; a 413 tells the
-// client to send less), while the quota fields still describe the bucket.
+// with ErrCostOverBurst by the policy alone (no Store call, so a flood of
+// them costs a remote store nothing) and charged nothing. Handler answers it
+// 413 Content Too Large, without Retry-After (no wait makes it possible; a
+// 413 tells the client to send less) and without quota fields: the bucket
+// was not asked, so its quota is unknown (Decision.Limit 0).
 // A WithDeniedHandler handler recognises the case by
 // errors.Is(d.Err, addrlimit.ErrCostOverBurst). A cost below 1 is charged
 // as 1 and reported as ErrInvalidCost; it is never a refund.
@@ -364,9 +366,9 @@ func (p FailurePolicy) String() string {
 
 // WithStoreFailure sets what happens when the Store returns an error; the
 // default is FailLocal. A decision the failure policy took has Err and
-// Degraded set; a cost over the burst refused while the store fails has the
-// store's error in Err but is not Degraded (the cost decided); a refund that
-// fails is only counted (Stats.StoreErrors). No error text reaches the
+// Degraded set; a cost over the burst is refused without a store call,
+// whether the store works or not; a refund that fails is only counted
+// (Stats.StoreErrors). No error text reaches the
 // client. It needs WithStore (the in-memory buckets never fail): New
 // refuses it without.
 func WithStoreFailure(p FailurePolicy) Option {
