@@ -96,9 +96,10 @@ func WithPolicy(p Policy) Option {
 // Keys are one namespace per policy: address keys (AddrKey), UnkeyedKey,
 // and the keys of selectors, KeyFuncs and AllowKey all meet in it (which is
 // what lets AllowKey, Peek and Reset reach a client's bucket by its
-// address). Give identity keys a prefix no address has, such as
-// "user:"+id: a user named "192.0.2.9" under the same policy would
-// otherwise spend the bucket of the client at that address.
+// address, in any notation: see Limiter.Reset). Give identity keys a prefix
+// no address has, such as "user:"+id (not hexadecimal digits: "cafe:"+id
+// can spell an IPv6 address): a user named "192.0.2.9" under the same
+// policy would otherwise spend the bucket of the client at that address.
 //
 // An unknown policy name or an error never skips the limit: the request is
 // charged to the default policy under the KeyFunc's key, and Decision.Err
