@@ -29,7 +29,8 @@
 //     decided by the [FailurePolicy] you chose.
 //   - Limited requests get 429 with Retry-After; counted responses carry
 //     RateLimit and RateLimit-Policy fields ([HeaderStyle]; none under
-//     HeaderNone, or when the store failed under FailOpen or FailClosed).
+//     HeaderNone, when the store failed under FailOpen or FailClosed, or on
+//     the 413 of a cost over the burst, which no bucket was asked about).
 //     The responses the package writes never echo a token, a key or an
 //     error.
 //   - Memory is bounded per policy ([WithMaxKeys]). Past the bound decisions
