@@ -176,9 +176,11 @@ func oneKey(p netip.Prefix) bool {
 	return p.Bits() >= 64
 }
 
-// addrKeyFuncs are the code addresses of the KeyFuncs that key requests by
-// AddrKey: RemoteAddrKey, and TrustedProxies.Key as a method value (t.Key,
-// whatever t: a method value's code is the method's, its receiver is data).
+// addrKeyFuncs are the code addresses (reflect.Value.Pointer of a func) of
+// the KeyFuncs that key requests by AddrKey: RemoteAddrKey, and
+// TrustedProxies.Key as a method value (t.Key, whatever t: all method
+// values of one method share its code; the receiver is data). Read once per
+// New, never per request.
 var addrKeyFuncs = [...]uintptr{
 	reflect.ValueOf(KeyFunc(RemoteAddrKey)).Pointer(),
 	reflect.ValueOf(KeyFunc((&TrustedProxies{}).Key)).Pointer(),

@@ -325,9 +325,10 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 // full again, as if the client had never been seen: for support staff who
 // unblock a customer. Resetting a key that has no bucket is not an error.
 //
-// When requests are keyed by address (no WithKeyFunc, RemoteAddrKey or
-// TrustedProxies.Key given as it is: WithKeyFunc(t.Key)), key may be the
-// client's address as people type it, and names the client's bucket: an
+// When requests are keyed by address (no WithKeyFunc, or
+// WithKeyFunc(RemoteAddrKey), or WithKeyFunc(t.Key) for a *TrustedProxies
+// t), key may be the client's address as people type it, and names the
+// client's bucket: an
 // address in any notation ("2001:db8::1" in the client's /64,
 // "::ffff:192.0.2.1", "64:ff9b::c000:201", a zone), with a port as
 // RemoteAddr or a log holds it ("192.0.2.1:443", "[2001:db8::1]:443"), or a
