@@ -147,7 +147,7 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 		n, err = 1, errors.Join(err, ErrInvalidCost)
 	}
 	if n > ps.Burst {
-		l.refuseCost(ctx, ps, k, n, err, d)
+		l.refuseCost(ps, n, err, d)
 		return
 	}
 	if err != nil {
@@ -163,24 +163,18 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 	d.DryRun = d.Outcome == Limited && l.dryRun
 }
 
-// refuseCost refuses a cost that no bucket of ps can ever pay, charging
-// nothing. The decision reports the bucket's state (from the store; if it
-// fails, FailLocal's mirror, else an unknown quota, Limit 0, with the
-// store's error in Err), and a zero RetryAfter: no wait makes the request
-// possible, so none is promised. The failure policy does not decide it, so
-// it is never Degraded.
-func (l *Limiter) refuseCost(ctx context.Context, ps *policyState, k bucketKey, n int, err error, d *Decision) {
+// refuseCost refuses a cost that no bucket of ps can ever pay, by the
+// policy alone: no Store call, nothing charged, so a flood of such requests
+// costs the store nothing. The bucket was not asked, so the decision reports
+// an unknown quota (Limit 0: Handler sends no quota fields, as when FailOpen
+// or FailClosed decided) and a zero RetryAfter: no wait makes the request
+// possible, so none is promised. The failure policy has nothing to decide,
+// so it is never Degraded.
+func (l *Limiter) refuseCost(ps *policyState, n int, err error, d *Decision) {
 	l.keyErrors.Add(1)
 	ps.limited.Add(1)
-	a := l.store.peek(context.WithoutCancel(ctx), ps, k)
-	d.record(ps, a)
-	d.Outcome, d.Cost, d.DryRun = Limited, n, l.dryRun
-	d.RetryAfter = 0
-	d.Err = errors.Join(err, ErrCostOverBurst)
-	if a.err != nil {
-		l.storeErrors.Add(1)
-		d.Err = errors.Join(d.Err, a.err)
-	}
+	d.Outcome, d.Policy, d.Cost, d.DryRun = Limited, ps.Name, n, l.dryRun
+	d.Err = join(err, ErrCostOverBurst)
 }
 
 // refundCharge gives back the tokens of an allowed decision d to the bucket

@@ -76,11 +76,11 @@ func TestCostOutOfRange(t *testing.T) {
 			assert.NotContains(t, w.Body.String(), "cost", "no error text reaches the client")
 			if tc.code == 413 {
 				assert.Empty(t, w.Header().Values("Retry-After"), "a cost over the burst is promised no later success")
-				assert.Equal(t, `"default";r=10;t=0`, w.Header().Get("RateLimit"), "the quota fields still describe the bucket")
+				assert.Empty(t, w.Header().Values("RateLimit"), "the bucket was not asked: no quota fields")
 				assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
 				assert.Equal(t, "content too large\n", w.Body.String())
 				assert.Zero(t, got.RetryAfter, "Decision.RetryAfter of a cost over the burst")
-				assert.Greater(t, got.Cost, got.Limit, "Limit is the burst, which the cost exceeds")
+				assert.Zero(t, got.Limit, "the bucket was not asked: its quota is unknown")
 			}
 			d := lim.Allow(req("192.0.2.1:1"))
 			assert.Equal(t, 10-tc.charged-1, d.Remaining, "charged %d", tc.charged)
@@ -119,8 +119,8 @@ func TestDeniedHandlerTellsCostOverBurstFromFailClosed(t *testing.T) {
 	for _, g := range got[1:] {
 		assert.True(t, g.overBurst, "a cost over the burst: %+v", g.d)
 	}
-	assert.Zero(t, got[1].d.Limit, "store down under FailClosed: the quota is unknown")
-	assert.Equal(t, 5, got[2].d.Limit, "Limit is the burst")
+	assert.Zero(t, got[1].d.Limit, "the bucket was not asked: the quota is unknown")
+	assert.Zero(t, got[2].d.Limit, "the bucket was not asked: the quota is unknown")
 }
 
 func TestCostOverBurstFromAllowKeyAndDeniedHandler(t *testing.T) {
@@ -135,7 +135,7 @@ func TestCostOverBurstFromAllowKeyAndDeniedHandler(t *testing.T) {
 	assert.Zero(t, d.RetryAfter, "no wait makes a cost over the burst possible")
 	serve(lim.Handler(okHandler), req("192.0.2.1:1", "X-Cost", "6"))
 	assert.Empty(t, seen.Values("Retry-After"), "a denied handler gets no Retry-After for a cost over the burst")
-	assert.Equal(t, `"default";r=5;t=0`, seen.Get("RateLimit"))
+	assert.Empty(t, seen.Values("RateLimit"), "the bucket was not asked: no quota fields")
 }
 
 // TestRateLimitTDescribesTheBucketRetryAfterTheRequest replays requests of
@@ -197,44 +197,52 @@ func TestRateLimitTDescribesTheBucketRetryAfterTheRequest(t *testing.T) {
 	})
 }
 
-// A cost over the burst is refused with 413 whatever the store does. When
-// the store fails, the refusal says so (Err, StoreErrors) but is not the
-// failure policy's (not Degraded): under FailLocal the quota fields are the
-// local mirror's; under FailOpen and FailClosed the quota is unknown, so no
-// quota fields are sent and Limit is 0.
-func TestCostOverBurstWhileTheStoreFails(t *testing.T) {
-	for _, tc := range []struct {
-		policy    addrlimit.FailurePolicy
-		rateLimit string
-		limit     int
-	}{
-		{addrlimit.FailLocal, `"default";r=9;t=0`, 10},
-		{addrlimit.FailOpen, "", 0},
-		{addrlimit.FailClosed, "", 0},
-	} {
-		t.Run(tc.policy.String(), func(t *testing.T) {
-			st := newFailingStore()
-			var got addrlimit.Decision
-			lim := mustNew(t, 10, time.Hour, addrlimit.WithStore(st), addrlimit.WithStoreFailure(tc.policy),
-				addrlimit.WithCost(costFromHeader),
-				addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { got = d }))
-			h := lim.Handler(okHandler)
-			require.Equal(t, 200, serve(h, req("192.0.2.1:1")).Code, "the store answers: one token charged and mirrored")
-			st.down.Store(true)
-			w := serve(h, req("192.0.2.1:1", "X-Cost", "11"))
-			require.Equal(t, 413, w.Code)
-			assert.Equal(t, tc.rateLimit, w.Header().Get("RateLimit"))
-			assert.Empty(t, w.Header().Values("Retry-After"))
-			assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
-			assert.Equal(t, "content too large\n", w.Body.String())
-			assert.ErrorIs(t, got.Err, addrlimit.ErrCostOverBurst)
-			assert.ErrorIs(t, got.Err, errRefused, "the store's error is reported")
-			assert.False(t, got.Degraded, "the cost rule decided, not the failure policy")
-			assert.Equal(t, tc.limit, got.Limit)
-			if tc.limit == 0 {
-				assert.Zero(t, got.Remaining, "an unknown quota reports no tokens")
-			}
-			assert.Equal(t, uint64(1), lim.Stats().StoreErrors)
-		})
+// A cost over the burst is refused by the policy alone (issue 24, item 5:
+// 1,000 such requests at burst 300 cost a Redis store 1,000 Peeks, one per
+// refusal, to fill the quota fields). Whatever the failure policy, and
+// whether the store answers or not, no request of cost 100,000 at burst 300
+// reaches the store: each is answered 413 Content Too Large without
+// Retry-After and without quota fields (the bucket was not asked, so its
+// quota is unknown: Limit 0), is not Degraded and reports no store error.
+func TestCostOverBurstMakesNoStoreCall(t *testing.T) {
+	const requests, burst, cost = 1000, 300, 100_000
+	for _, policy := range []addrlimit.FailurePolicy{addrlimit.FailLocal, addrlimit.FailOpen, addrlimit.FailClosed} {
+		for _, down := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/down=%v", policy, down), func(t *testing.T) {
+				st := newFailingStore()
+				var got []addrlimit.Decision
+				lim := mustNew(t, burst, time.Minute, addrlimit.WithStore(st), addrlimit.WithStoreFailure(policy),
+					addrlimit.WithCost(costFromHeader),
+					addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { got = append(got, d) }))
+				h := lim.Handler(okHandler)
+				require.Equal(t, 200, serve(h, req("192.0.2.1:1")).Code, "a request the store charges")
+				require.Equal(t, int64(1), st.calls.Load(), "the store counts its calls")
+				st.down.Store(down)
+				var wrong []string // responses other than a bare 413
+				for range requests {
+					w := serve(h, req("192.0.2.1:1", "X-Cost", strconv.Itoa(cost)))
+					if w.Code != 413 || len(w.Header()["Ratelimit"])+len(w.Header()["Ratelimit-Policy"])+len(w.Header()["Retry-After"]) != 0 ||
+						w.Header().Get("Cache-Control") != "no-store" || w.Body.String() != "content too large\n" {
+						wrong = append(wrong, fmt.Sprintf("%d %v %q", w.Code, w.Header(), w.Body))
+					}
+					lim.AllowKey(context.Background(), "", "192.0.2.1", cost) // observed
+				}
+				assert.Equal(t, int64(1), st.calls.Load(), "store calls after %d refusals of a cost over the burst (burst %d, cost %d)", 2*requests, burst, cost)
+				if len(wrong) > 0 {
+					t.Errorf("%d of %d responses were not a bare 413 (no quota fields, no Retry-After); the first: %s", len(wrong), requests, wrong[0])
+				}
+				require.Equal(t, 1+2*requests, len(got), "decisions observed")
+				for i, d := range got[1:] {
+					if d.Limit != 0 || d.Remaining != 0 || d.RetryAfter != 0 || d.Degraded || d.Cost != cost ||
+						!errors.Is(d.Err, addrlimit.ErrCostOverBurst) || errors.Is(d.Err, errRefused) {
+						t.Fatalf("refusal %d: %+v", i, d)
+					}
+				}
+				s := lim.Stats()
+				assert.Zero(t, s.StoreErrors, "no store call, no store error")
+				assert.Equal(t, uint64(2*requests), s.KeyErrors)
+				assert.Equal(t, uint64(2*requests), s.Limited)
+			})
+		}
 	}
 }

@@ -51,7 +51,9 @@ type Decision struct {
 	// Limit is the bucket's capacity, its burst (the name follows the
 	// RateLimit and X-RateLimit-Limit fields, which advertise it), or 0 when
 	// the quota is unknown: the Store failed and FailOpen or FailClosed
-	// decided. Remaining is the whole tokens left after this request.
+	// decided, or the cost was over the burst (ErrCostOverBurst), which the
+	// policy refuses without asking the Store. Remaining is the whole tokens
+	// left after this request.
 	Limit, Remaining int
 	// RetryAfter is, for a Limited request, when to retry (zero for a cost
 	// over the burst, ErrCostOverBurst, which no wait makes possible); for an

@@ -25,9 +25,11 @@ var (
 	// the request was charged 1 token.
 	ErrInvalidCost = errors.New("addrlimit: cost must be at least 1")
 	// ErrCostOverBurst: a cost larger than the policy's burst, which no bucket
-	// can ever pay; the request was refused and charged nothing. Its Decision
-	// has Cost above Limit and a zero RetryAfter, and Handler answers 413 Content
-	// Too Large without Retry-After (see WithCost).
+	// can ever pay; the request was refused by the policy alone, without a
+	// Store call, and charged nothing. Its Decision has an unknown quota
+	// (Limit 0: the bucket was not asked) and a zero RetryAfter, and Handler
+	// answers 413 Content Too Large without Retry-After and without quota
+	// fields (see WithCost).
 	ErrCostOverBurst = errors.New("addrlimit: cost exceeds the burst")
 )
 

@@ -50,7 +50,7 @@ func ExampleWithCost() {
 	// 30 200 "default";r=70;t=0 retry=""
 	// 50 200 "default";r=20;t=0 retry=""
 	// 30 429 "default";r=20;t=0 retry="6"
-	// 500 413 "default";r=20;t=0 retry=""
+	// 500 413  retry=""
 }
 
 // WithRefund counts only failed logins: every attempt is charged before the

@@ -26,31 +26,38 @@ const (
 // logs, URLs and client-side code) and rotate it by configuring the new
 // secret next to the old one until every caller has switched.
 //
-// An InternalToken keeps only SHA-256 digests of its secrets, and no fmt
-// verb or slog handler prints them: it prints as "InternalToken(N secrets)",
-// or as an address inside an unexported field. The zero InternalToken
-// matches nothing. It is immutable and safe for concurrent
+// An InternalToken keeps only SHA-256 digests of its secrets, and nothing
+// prints them: fmt's verbs and slog print "InternalToken(N secrets)", and
+// printers that walk a value by reflection (fmt through an unexported
+// field, go-spew in testify's diffs, go-cmp) reach only an address. So two
+// tokens are equal under reflect.DeepEqual (testify's Equal) only if one is
+// a copy of the other, not because their secrets are. The zero
+// InternalToken matches nothing. It is immutable and safe for concurrent
 // use.
 type InternalToken struct {
 	s *tokenSecrets
 }
 
-// tokenSecrets are the digests of an InternalToken. Each digest sits behind
-// a pointer because fmt prints a nested pointer as an address: no
-// formatting of a value holding an InternalToken, even one that bypasses its
-// methods (an unexported field) or a verb fmt rejects (which dereferences
-// one pointer), reaches the bytes.
+// tokenSecrets holds the digests of an InternalToken inside a closure:
+// reflection shows a func as an address and cannot reach what it captured
+// (a pointer or an unexported field would not stop go-spew, which walks
+// both). Calling it costs Match one indirect call.
 type tokenSecrets struct {
-	digests []*[sha256.Size]byte // accepted secrets
-	retired []*[sha256.Size]byte // recognised, never accepted
+	digests func() (accepted, retired [][sha256.Size]byte)
 }
 
-// secrets returns t's digests (none for the zero InternalToken).
-func (t InternalToken) secrets() tokenSecrets {
+// newTokenSecrets keeps accepted and retired out of reflection's reach.
+func newTokenSecrets(accepted, retired [][sha256.Size]byte) *tokenSecrets {
+	return &tokenSecrets{digests: func() ([][sha256.Size]byte, [][sha256.Size]byte) { return accepted, retired }}
+}
+
+// secrets returns t's accepted and retired digests (none for the zero
+// InternalToken). They are shared: do not modify them.
+func (t InternalToken) secrets() (accepted, retired [][sha256.Size]byte) {
 	if t.s == nil {
-		return tokenSecrets{}
+		return nil, nil
 	}
-	return *t.s
+	return t.s.digests()
 }
 
 // NewInternalToken returns a token that accepts any of secrets (several during
@@ -65,7 +72,7 @@ func NewInternalToken(secrets ...string) (*InternalToken, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &InternalToken{&tokenSecrets{digests: digests}}, nil
+	return &InternalToken{newTokenSecrets(digests, nil)}, nil
 }
 
 // WithRetired returns a copy of t that also recognises secrets that are no
@@ -84,21 +91,21 @@ func (t *InternalToken) WithRetired(secrets ...string) (*InternalToken, error) {
 	if err != nil {
 		return nil, err
 	}
-	cur := t.secrets()
+	accepted, was := t.secrets()
 	for i, r := range retired {
-		for _, d := range cur.digests {
-			if *r == *d {
+		for _, d := range accepted {
+			if r == d {
 				return nil, fmt.Errorf("addrlimit: retired secret %d of %d is also an accepted secret", i+1, len(secrets))
 			}
 		}
 	}
-	return &InternalToken{&tokenSecrets{digests: cur.digests, retired: append(cur.retired[:len(cur.retired):len(cur.retired)], retired...)}}, nil
+	return &InternalToken{newTokenSecrets(accepted, append(was[:len(was):len(was)], retired...))}, nil
 }
 
 // digestSecrets validates secrets and returns their digests. Errors say
 // which secret is wrong and why, never what it is.
-func digestSecrets(what string, secrets []string) ([]*[sha256.Size]byte, error) {
-	digests := make([]*[sha256.Size]byte, len(secrets))
+func digestSecrets(what string, secrets []string) ([][sha256.Size]byte, error) {
+	digests := make([][sha256.Size]byte, len(secrets))
 	for i, s := range secrets {
 		switch {
 		case s == "":
@@ -110,8 +117,7 @@ func digestSecrets(what string, secrets []string) ([]*[sha256.Size]byte, error) 
 		case !isB64Token(s):
 			return nil, fmt.Errorf("addrlimit: internal token %s %d of %d has a character outside RFC 6750 b64token (A-Z a-z 0-9 - . _ ~ + / then = padding; check for spaces or a trailing newline)", what, i+1, len(secrets))
 		}
-		d := sha256.Sum256([]byte(s))
-		digests[i] = &d
+		digests[i] = sha256.Sum256([]byte(s))
 	}
 	return digests, nil
 }
@@ -121,11 +127,11 @@ func digestSecrets(what string, secrets []string) ([]*[sha256.Size]byte, error) 
 // GoString and LogValue, is a value, so a token held by value prints the same
 // as a pointer to one (fmt prints a nil pointer as "<nil>").
 func (t InternalToken) String() string {
-	s := t.secrets()
-	if len(s.retired) > 0 {
-		return fmt.Sprintf("InternalToken(%d secrets, %d retired)", len(s.digests), len(s.retired))
+	accepted, retired := t.secrets()
+	if len(retired) > 0 {
+		return fmt.Sprintf("InternalToken(%d secrets, %d retired)", len(accepted), len(retired))
 	}
-	return fmt.Sprintf("InternalToken(%d secrets)", len(s.digests))
+	return fmt.Sprintf("InternalToken(%d secrets)", len(accepted))
 }
 
 // Format prints String for every verb (%v, %+v, %#v, %s, %x, …), so that no
@@ -180,12 +186,13 @@ func (t *InternalToken) classify(authorization []string) tokenClass {
 	}
 	var buf [MaxTokenLen]byte
 	d := sha256.Sum256(buf[:copy(buf[:], tok)])
+	digests, retiredDigests := t.s.digests()
 	accepted, retired := 0, 0
-	for i := range t.s.digests {
-		accepted |= subtle.ConstantTimeCompare(d[:], t.s.digests[i][:])
+	for i := range digests {
+		accepted |= subtle.ConstantTimeCompare(d[:], digests[i][:])
 	}
-	for i := range t.s.retired {
-		retired |= subtle.ConstantTimeCompare(d[:], t.s.retired[i][:])
+	for i := range retiredDigests {
+		retired |= subtle.ConstantTimeCompare(d[:], retiredDigests[i][:])
 	}
 	switch {
 	case accepted == 1:

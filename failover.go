@@ -91,17 +91,11 @@ func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, 
 	return res, err
 }
 
-// peek is remote's Peek, or, with remote's error, the local bucket's state
-// (FailLocal's mirror) or an unknown one.
+// peek is remote's Peek. Only Limiter.Peek asks, and it reports remote's
+// error rather than a local guess.
 func (f *failover) peek(ctx context.Context, ps *policyState, k bucketKey) answer {
 	res, err := f.remote.Peek(ctx, k.s, ps.Policy)
-	if err == nil {
-		return answer{Result: res}
-	}
-	if f.policy != FailLocal {
-		return answer{err: err, unknown: true} // the local table mirrors nothing
-	}
-	return answer{Result: result(ps.table.Peek(k.hash, f.local.now())), err: err}
+	return answer{Result: res, err: err}
 }
 
 // refund gives n tokens back to the bucket that paid them: remote's, or the

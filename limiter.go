@@ -29,7 +29,8 @@
 //     decided by the [FailurePolicy] you chose.
 //   - Limited requests get 429 with Retry-After; counted responses carry
 //     RateLimit and RateLimit-Policy fields ([HeaderStyle]; none under
-//     HeaderNone, or when the store failed under FailOpen or FailClosed).
+//     HeaderNone, when the store failed under FailOpen or FailClosed, or on
+//     the 413 of a cost over the burst, which no bucket was asked about).
 //     The responses the package writes never echo a token, a key or an
 //     error.
 //   - Memory is bounded per policy ([WithMaxKeys]). Past the bound decisions
@@ -63,6 +64,7 @@ type Limiter struct {
 	policies  []*policyState // [0] is the default policy
 	byName    map[string]*policyState
 	keyFunc   KeyFunc // nil: the peer address, formatted without allocating
+	addrKeys  bool    // requests are keyed by AddrKey (keysByAddr): see namedKey
 	selector  PolicySelector
 	cost      func(*http.Request) int
 	refund    func(int) bool
@@ -122,6 +124,7 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	l := &Limiter{
 		byName:    make(map[string]*policyState, 1+len(c.policies)),
 		keyFunc:   c.keyFunc,
+		addrKeys:  keysByAddr(c.keyFunc),
 		selector:  c.selector,
 		cost:      c.cost,
 		refund:    c.refund,
@@ -275,10 +278,19 @@ func (l *Limiter) AllowAs(r *http.Request, policy string, key KeyFunc, n int) De
 //
 // key shares one namespace per policy with the keys of requests (see
 // PolicySelector): AllowKey(ctx, "", AddrKey(a), 1) charges the bucket of
-// the client at address a. Prefix keys of other kinds ("tenant:"+id).
+// the client at address a. When requests are keyed by address (the default
+// key, RemoteAddrKey or TrustedProxies.Key), a key written as an address in
+// another form names that client's bucket too, as Reset says:
+// AllowKey(ctx, "", r.RemoteAddr, 1) charges r's bucket, so one client never
+// has two. Decision.Key is the bucket's key. Prefix keys of other kinds with
+// a name that is not hexadecimal ("tenant:"+id, "user:"+id): they are never
+// read as addresses.
 func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decision {
 	l.mustBeBuilt()
 	ps, err := l.lookupPolicy(policy)
+	if k := l.namedKey(key); k != "" {
+		key = k // a network of several clients is no client's: taken as it is
+	}
 	k, keyErr := l.stringKey(key, nil)
 	var d Decision
 	l.charge(ctx, ps, k, n, join(err, keyErr), &d)
@@ -289,12 +301,13 @@ func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decis
 
 // Peek returns the state of key's bucket under the named policy ("" for the
 // default one) without charging it: Outcome is Allowed if a request of cost
-// 1 would be allowed now, Limited otherwise. Nothing is counted or observed.
-// It fails for an unknown policy (ErrUnknownPolicy), an empty key
-// (ErrEmptyKey), or when the Store fails (its error; no failure policy
-// applies).
+// 1 would be allowed now, Limited otherwise, and Key is the bucket's key.
+// Nothing is counted or observed. key names a bucket as for Reset. It fails
+// for an unknown policy (ErrUnknownPolicy), an empty key (ErrEmptyKey), a
+// network of several clients, or when the Store fails (its error; no failure
+// policy applies).
 func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error) {
-	ps, err := l.keyedPolicy(policy, key)
+	ps, key, err := l.keyedPolicy(policy, key)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -310,11 +323,25 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 
 // Reset makes key's bucket under the named policy ("" for the default one)
 // full again, as if the client had never been seen: for support staff who
-// unblock a customer. Resetting a key that has no bucket is not an error. It
-// fails for an unknown policy, an empty key, or when the Store fails (the
-// local fallback bucket is reset either way).
+// unblock a customer. Resetting a key that has no bucket is not an error.
+//
+// When requests are keyed by address (no WithKeyFunc, or
+// WithKeyFunc(RemoteAddrKey), or WithKeyFunc(t.Key) for a *TrustedProxies
+// t), key may be the client's address as people type it, and names the
+// client's bucket: an
+// address in any notation ("2001:db8::1" in the client's /64,
+// "::ffff:192.0.2.1", "64:ff9b::c000:201", a zone), with a port as
+// RemoteAddr or a log holds it ("192.0.2.1:443", "[2001:db8::1]:443"), or a
+// network inside one client's key ("2001:db8::1/64", "192.0.2.1/32"). A
+// network of several clients ("2001:db8::/48") is an error, not a reset of
+// nothing. Under any other KeyFunc (a function of your own, even one that
+// wraps these), key is taken as it is: the KeyFunc decides what keys mean.
+//
+// It fails for an unknown policy, an empty key, a network of several
+// clients, or when the Store fails (the local fallback bucket is reset
+// either way).
 func (l *Limiter) Reset(ctx context.Context, policy, key string) error {
-	ps, err := l.keyedPolicy(policy, key)
+	ps, key, err := l.keyedPolicy(policy, key)
 	if err != nil {
 		return err
 	}
@@ -344,19 +371,44 @@ func (l *Limiter) mustBeBuilt() {
 	}
 }
 
-// keyedPolicy validates the arguments of Peek and Reset.
-func (l *Limiter) keyedPolicy(policy, key string) (*policyState, error) {
+// keyedPolicy validates the arguments of Peek and Reset and returns the
+// policy and the key of the bucket that key names (namedKey).
+func (l *Limiter) keyedPolicy(policy, key string) (*policyState, string, error) {
 	if l == nil || len(l.policies) == 0 {
-		return nil, errNotBuilt
+		return nil, "", errNotBuilt
 	}
 	ps, err := l.lookupPolicy(policy)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if key == "" {
-		return nil, ErrEmptyKey
+		return nil, "", ErrEmptyKey
 	}
-	return ps, nil
+	if k := l.namedKey(key); k != key {
+		if k == "" {
+			return nil, "", errSeveralClients
+		}
+		key = k
+	}
+	return ps, key, nil
+}
+
+// errSeveralClients is what Peek and Reset report for a network that holds
+// several clients' buckets.
+var errSeveralClients = errors.New("addrlimit: the key is a network of several clients' buckets (an IPv4 address or an IPv6 /64 each); name one address")
+
+// namedKey is the key of the bucket that key names in AllowKey, Peek and
+// Reset: when requests are keyed by address and key is written as an
+// address or a network (addrKeyOf), its AddrKey, or "" for a network of
+// several clients; else key as it is.
+func (l *Limiter) namedKey(key string) string {
+	if !l.addrKeys {
+		return key
+	}
+	if k, ok := addrKeyOf(key); ok {
+		return k
+	}
+	return key
 }
 
 // observe tells the observers about d.

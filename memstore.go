@@ -19,9 +19,7 @@ type seam interface {
 	Store
 	// take charges n tokens to k's bucket under ps.
 	take(ctx context.Context, ps *policyState, k bucketKey, n int) answer
-	// peek reports k's bucket without changing it. With an error, the
-	// Result is the local bucket's: the mirror under FailLocal, else
-	// unknown.
+	// peek reports k's bucket without changing it.
 	peek(ctx context.Context, ps *policyState, k bucketKey) answer
 	// refund gives n tokens back to the bucket that paid them for a
 	// decision (degraded: one the failure policy took), reports whether any

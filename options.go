@@ -96,9 +96,10 @@ func WithPolicy(p Policy) Option {
 // Keys are one namespace per policy: address keys (AddrKey), UnkeyedKey,
 // and the keys of selectors, KeyFuncs and AllowKey all meet in it (which is
 // what lets AllowKey, Peek and Reset reach a client's bucket by its
-// address). Give identity keys a prefix no address has, such as
-// "user:"+id: a user named "192.0.2.9" under the same policy would
-// otherwise spend the bucket of the client at that address.
+// address, in any notation: see Limiter.Reset). Give identity keys a prefix
+// no address has, such as "user:"+id (not hexadecimal digits: "cafe:"+id
+// can spell an IPv6 address): a user named "192.0.2.9" under the same
+// policy would otherwise spend the bucket of the client at that address.
 //
 // An unknown policy name or an error never skips the limit: the request is
 // charged to the default policy under the KeyFunc's key, and Decision.Err
@@ -123,9 +124,11 @@ func WithPolicySelector(f PolicySelector) Option {
 // once per counted request, before the handler runs.
 //
 // A cost above the policy's burst can never be paid: the request is refused
-// with ErrCostOverBurst and charged nothing. Handler answers it 413 Content
-// Too Large, without Retry-After (no wait makes it possible; a 413 tells the
-// client to send less), while the quota fields still describe the bucket.
+// with ErrCostOverBurst by the policy alone (no Store call, so a flood of
+// them costs a remote store nothing) and charged nothing. Handler answers it
+// 413 Content Too Large, without Retry-After (no wait makes it possible; a
+// 413 tells the client to send less) and without quota fields: the bucket
+// was not asked, so its quota is unknown (Decision.Limit 0).
 // A WithDeniedHandler handler recognises the case by
 // errors.Is(d.Err, addrlimit.ErrCostOverBurst). A cost below 1 is charged
 // as 1 and reported as ErrInvalidCost; it is never a refund.
@@ -364,9 +367,9 @@ func (p FailurePolicy) String() string {
 
 // WithStoreFailure sets what happens when the Store returns an error; the
 // default is FailLocal. A decision the failure policy took has Err and
-// Degraded set; a cost over the burst refused while the store fails has the
-// store's error in Err but is not Degraded (the cost decided); a refund that
-// fails is only counted (Stats.StoreErrors). No error text reaches the
+// Degraded set; a cost over the burst is refused without a store call,
+// whether the store works or not; a refund that fails is only counted
+// (Stats.StoreErrors). No error text reaches the
 // client. It needs WithStore (the in-memory buckets never fail): New
 // refuses it without.
 func WithStoreFailure(p FailurePolicy) Option {

@@ -107,8 +107,8 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState
 		// No wait makes this request possible: say so with a status that no
 		// retry policy repeats and that tells the client to send less
 		// (RFC 9110 §15.5.14), without Retry-After (state sets Never),
-		// which would promise a success that never comes. The quota fields
-		// still describe the bucket, when it is known.
+		// which would promise a success that never comes. The bucket was
+		// not asked (refuseCost), so no quota fields either.
 		status = http.StatusRequestEntityTooLarge
 	case d.Limit == 0:
 		status = http.StatusServiceUnavailable

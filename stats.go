@@ -23,7 +23,7 @@ type Stats struct {
 	// ErrNoClientAddress and its siblings); each was still charged (to a
 	// fallback key, policy or cost), or refused (ErrCostOverBurst).
 	// StoreErrors counts failed Store calls: of decisions (then the failure
-	// policy decided, or a cost over the burst was refused) and of refunds.
+	// policy decided) and of refunds.
 	KeyErrors, StoreErrors uint64
 	// Keys is the number of exact buckets held in memory, all policies
 	// together (the buckets themselves, or the local fallback of a remote
