@@ -389,7 +389,9 @@ func WithStoreFailure(p FailurePolicy) Option {
 // concurrent use and should not go back. A reading earlier than the latest
 // one the buckets have seen counts as that latest one, so a clock that goes back
 // never refills a bucket: buckets stand still until it passes the latest
-// reading again. Readings before the first one count as the first.
+// reading again. Readings before the first one count as the first, and
+// readings are kept as a time.Duration since it, so they must stay within
+// about 290 years of it.
 //
 // It governs the buckets of the default in-memory store and the local
 // buckets of FailLocal; a Store given to WithStore keeps its own clock (the

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"container/heap"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"strings"
+	"time"
+
+	"github.com/addrlimit/addrlimit"
+)
+
+// hll is a HyperLogLog of 64 one-byte registers (Flajolet et al. 2007, with
+// linear counting below 2.5×64): 64 bytes whatever it counts, exact-ish for
+// a handful of values (the case that matters: 1 user agent or 3), within
+// about 13 % (one standard error) for many.
+type hll [64]uint8
+
+func (h *hll) add(x uint64) {
+	i := x >> 58
+	rank := uint8(bits.LeadingZeros64(x<<6|1<<5) + 1)
+	if rank > h[i] {
+		h[i] = rank
+	}
+}
+
+func (h *hll) count() int {
+	const m = 64.0
+	sum, zeros := 0.0, 0
+	for _, r := range h {
+		sum += math.Ldexp(1, -int(r))
+		if r == 0 {
+			zeros++
+		}
+	}
+	e := 0.709 * m * m / sum
+	if e <= 2.5*m && zeros > 0 {
+		e = m * math.Log(m/float64(zeros))
+	}
+	return int(math.Round(e))
+}
+
+// samples keeps the first few distinct values of a key's user agents or
+// paths, for the report to name what shares an address.
+const (
+	maxSamples   = 3
+	maxSampleLen = 120
+)
+
+type sampleSet struct {
+	hash [maxSamples]uint64
+	val  [maxSamples]string
+	n    int
+}
+
+func (s *sampleSet) add(h uint64, v []byte) {
+	if s.n == maxSamples || len(v) == 0 {
+		return
+	}
+	for i := range s.n {
+		if s.hash[i] == h {
+			return
+		}
+	}
+	s.hash[s.n], s.val[s.n] = h, string(v[:min(len(v), maxSampleLen)])
+	s.n++
+}
+
+// keyStats is what the report knows of one client key.
+type keyStats struct {
+	key                        string
+	policy                     string
+	requests, allowed, refused uint64
+	over                       uint64 // space-saving overestimate: requests counted before the key entered the table
+	firstRefusal               int64  // Unix ns, 0: none
+	sec, min                   int64  // the current second and minute
+	inSec, inMin               uint32 // requests in them
+	peakSec, peakMin           uint32
+	uas, paths                 hll
+	uaSamples, pathSamples     sampleSet
+	idx                        int // in the heap
+}
+
+// keyTable counts per key with the space-saving algorithm (Metwally et al.
+// 2005) over at most capacity keys: when a new key arrives at a full table
+// it takes the place of the key with the fewest requests, inheriting that
+// count as its overestimate. So memory is bounded by capacity entries
+// (about 700 bytes each), every key with more than N/capacity of N requests
+// is in the table, and a key's counts are exact while its overestimate is 0.
+// The overall totals are counted apart and are always exact.
+type keyTable struct {
+	seed     maphash.Seed
+	capacity int
+	byKey    map[string]*keyStats
+	h        keyHeap // min-heap on requests
+	replaced uint64  // keys that took another's place
+}
+
+func newKeyTable(capacity int) *keyTable {
+	return &keyTable{seed: maphash.MakeSeed(), capacity: capacity, byKey: make(map[string]*keyStats, min(capacity, 1<<16))}
+}
+
+func (t *keyTable) add(rec *record, d *addrlimit.Decision) {
+	k := t.byKey[d.Key]
+	if k == nil {
+		if len(t.byKey) < t.capacity {
+			k = &keyStats{}
+			heap.Push(&t.h, k)
+		} else {
+			k = t.h[0]
+			delete(t.byKey, k.key)
+			over := k.requests
+			*k = keyStats{idx: 0, over: over, requests: over}
+			t.replaced++
+		}
+		k.key = d.Key
+		t.byKey[d.Key] = k
+	}
+	k.policy = d.Policy
+	k.requests++
+	if d.Outcome == addrlimit.Limited {
+		k.refused++
+		if k.firstRefusal == 0 {
+			k.firstRefusal = rec.time
+		}
+	} else {
+		k.allowed++
+	}
+	if s := rec.time / 1e9; s > k.sec {
+		k.sec, k.inSec = s, 0
+	}
+	if m := rec.time / 60e9; m > k.min {
+		k.min, k.inMin = m, 0
+	}
+	k.inSec++
+	k.inMin++
+	k.peakSec = max(k.peakSec, k.inSec)
+	k.peakMin = max(k.peakMin, k.inMin)
+	hu := maphash.Bytes(t.seed, rec.ua)
+	k.uas.add(hu)
+	k.uaSamples.add(hu, rec.ua)
+	hp := maphash.Bytes(t.seed, pathOnly(rec.path))
+	k.paths.add(hp)
+	k.pathSamples.add(hp, pathOnly(rec.path))
+	heap.Fix(&t.h, k.idx)
+}
+
+// pathOnly is a target without its query.
+func pathOnly(p []byte) []byte {
+	for i, c := range p {
+		if c == '?' {
+			return p[:i]
+		}
+	}
+	return p
+}
+
+type keyHeap []*keyStats
+
+func (h keyHeap) Len() int           { return len(h) }
+func (h keyHeap) Less(i, j int) bool { return h[i].requests < h[j].requests }
+func (h keyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].idx = i; h[j].idx = j }
+func (h *keyHeap) Push(x any)        { k := x.(*keyStats); k.idx = len(*h); *h = append(*h, k) }
+func (h *keyHeap) Pop() any {
+	old := *h
+	k := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return k
+}
+
+// maxIdentities bounds the identity table; further names are counted as
+// otherIdentity.
+const (
+	maxIdentities = 64
+	otherIdentity = "(other)"
+)
+
+type identityStats struct {
+	Name     string `json:"name"`
+	Requests uint64 `json:"requests"`
+	Exempt   uint64 `json:"exempt"`
+	Refused  uint64 `json:"refused"`
+}
+
+type identityTable struct{ byName map[string]*identityStats }
+
+func (t *identityTable) add(id []byte, d *addrlimit.Decision) {
+	s := t.byName[string(id)]
+	if s == nil {
+		name := string(id)
+		if len(t.byName) >= maxIdentities {
+			name = otherIdentity
+		}
+		if s = t.byName[name]; s == nil {
+			s = &identityStats{Name: strings.ToValidUTF8(name, "?")}
+			t.byName[name] = s
+		}
+	}
+	s.Requests++
+	switch d.Outcome {
+	case addrlimit.Exempt:
+		s.Exempt++
+	case addrlimit.Limited:
+		s.Refused++
+	}
+}
+
+// maxSlots bounds the timeline: when the log spans more slots than this, the
+// slot width doubles and neighbours merge.
+const maxSlots = 1024
+
+type slot struct{ Requests, Refused, Exempt uint64 }
+
+// timeline counts requests per slot of time since its first record.
+type timeline struct {
+	start int64 // Unix ns of slot 0
+	width int64 // ns
+	slots []slot
+}
+
+func (t *timeline) add(at int64, d *addrlimit.Decision) {
+	if t.width == 0 {
+		t.start, t.width = at-at%1e9, int64(time.Second)
+	}
+	i := max(at-t.start, 0) / t.width
+	for i >= maxSlots {
+		for j := range maxSlots / 2 {
+			a, b := t.slots[2*j], slot{}
+			if 2*j+1 < len(t.slots) {
+				b = t.slots[2*j+1]
+			}
+			t.slots[j] = slot{a.Requests + b.Requests, a.Refused + b.Refused, a.Exempt + b.Exempt}
+		}
+		t.slots = t.slots[:(len(t.slots)+1)/2]
+		t.width *= 2
+		i = max(at-t.start, 0) / t.width
+	}
+	for int64(len(t.slots)) <= i {
+		t.slots = append(t.slots, slot{})
+	}
+	s := &t.slots[i]
+	s.Requests++
+	switch d.Outcome {
+	case addrlimit.Limited:
+		s.Refused++
+	case addrlimit.Exempt:
+		s.Exempt++
+	}
+}
+
+// tally is everything the report counts.
+type tally struct {
+	lines, skipped                     uint64
+	requests, allowed, refused, exempt uint64
+	keyWarnings                        uint64 // decisions with Err set (still charged)
+	withIdentity                       uint64
+	first, last                        int64
+	keys                               *keyTable
+	ids                                identityTable
+	time                               timeline
+}
+
+func newTally(capacity int) *tally {
+	return &tally{keys: newKeyTable(capacity), ids: identityTable{byName: map[string]*identityStats{}}}
+}
+
+func (t *tally) add(rec *record, d *addrlimit.Decision) {
+	t.requests++
+	if t.first == 0 || rec.time < t.first {
+		t.first = rec.time
+	}
+	t.last = max(t.last, rec.time)
+	if d.Err != nil {
+		t.keyWarnings++
+	}
+	if hasIdentity(rec.identity) {
+		t.withIdentity++
+		t.ids.add(rec.identity, d)
+	}
+	t.time.add(rec.time, d)
+	switch d.Outcome {
+	case addrlimit.Exempt:
+		t.exempt++
+		return // exempt requests have no key
+	case addrlimit.Limited:
+		t.refused++
+	default:
+		t.allowed++
+	}
+	t.keys.add(rec, d)
+}
