@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +39,12 @@ type extraFields struct{ fwd, identity int }
 //	127.0.0.1 - frank [10/Oct/2000:13:55:36 -0700] "GET /a.gif HTTP/1.0" 200 2326 "http://ref/" "Mozilla/4.08" "extra" ...
 //
 // The time may carry a fraction of a second; a time without a zone is UTC.
-type combinedParser struct{ extra extraFields }
+type combinedParser struct {
+	extra extraFields
+	// The last time field and its value: lines of one second share it.
+	lastStamp []byte
+	lastTime  int64
+}
 
 func (p *combinedParser) parse(line []byte, rec *record) bool {
 	*rec = record{}
@@ -56,11 +62,15 @@ func (p *combinedParser) parse(line []byte, rec *record) bool {
 	if closing < 0 {
 		return false
 	}
-	t, ok := parseCLFTime(line[open : open+closing])
-	if !ok {
-		return false
+	stamp := line[open : open+closing]
+	if !bytes.Equal(stamp, p.lastStamp) {
+		t, ok := parseCLFTime(stamp)
+		if !ok {
+			return false
+		}
+		p.lastStamp, p.lastTime = append(p.lastStamp[:0], stamp...), t
 	}
-	rec.time = t
+	rec.time = p.lastTime
 	rest := line[open+closing+1:]
 	req, rest, ok := quoted(rest)
 	if !ok {
@@ -403,7 +413,7 @@ func (p *jsonParser) time() (int64, bool) {
 	var whole, frac int64
 	i, digits := 0, 0
 	for ; i < len(v) && v[i] >= '0' && v[i] <= '9'; i++ {
-		if whole > 1e18/10 {
+		if whole > (math.MaxInt64-9)/10 {
 			return 0, false
 		}
 		whole = whole*10 + int64(v[i]-'0')

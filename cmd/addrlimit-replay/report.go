@@ -94,12 +94,13 @@ func buildReport(t *tally, l limits, eg egress) *Report {
 	slices.SortFunc(r.Identities, func(a, b identityStats) int {
 		return cmp.Or(cmp.Compare(b.Requests, a.Requests), strings.Compare(a.Name, b.Name))
 	})
-	for _, k := range t.keys.h {
+	for _, e := range t.keys.h {
+		k := e.k
 		out := Key{
 			Key: k.key, Policy: k.policy, Requests: k.requests, Allowed: k.allowed, Refused: k.refused,
 			Overestimate: k.over, PeakPerSec: k.peakSec, PeakPerMin: k.peakMin,
 			UserAgents: k.uas.count(), Paths: k.paths.count(),
-			SampleUAs: k.uaSamples.val[:k.uaSamples.n], SamplePaths: k.pathSamples.val[:k.pathSamples.n],
+			SampleUAs: k.uaSamples.strings(), SamplePaths: k.pathSamples.strings(),
 			SharedEgress: eg.shared(k),
 		}
 		if k.firstRefusal != 0 {

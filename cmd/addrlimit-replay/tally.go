@@ -1,7 +1,6 @@
 package main
 
 import (
-	"container/heap"
 	"hash/maphash"
 	"math"
 	"math/bits"
@@ -41,16 +40,18 @@ func (h *hll) count() int {
 	return int(math.Round(e))
 }
 
-// samples keeps the first few distinct values of a key's user agents or
-// paths, for the report to name what shares an address.
+// sampleSet keeps the first few distinct values of a key's user agents or
+// paths, for the report to name what shares an address: in place (no
+// allocation per key), each cut to maxSampleLen bytes.
 const (
 	maxSamples   = 3
-	maxSampleLen = 120
+	maxSampleLen = 64
 )
 
 type sampleSet struct {
 	hash [maxSamples]uint64
-	val  [maxSamples]string
+	val  [maxSamples][maxSampleLen]byte
+	len  [maxSamples]uint8
 	n    int
 }
 
@@ -63,13 +64,24 @@ func (s *sampleSet) add(h uint64, v []byte) {
 			return
 		}
 	}
-	s.hash[s.n], s.val[s.n] = h, string(v[:min(len(v), maxSampleLen)])
+	s.hash[s.n] = h
+	s.len[s.n] = uint8(copy(s.val[s.n][:], v))
 	s.n++
+}
+
+// strings returns the samples, each a valid UTF-8 string.
+func (s *sampleSet) strings() []string {
+	out := make([]string, s.n)
+	for i := range s.n {
+		out[i] = strings.ToValidUTF8(string(s.val[i][:s.len[i]]), "")
+	}
+	return out
 }
 
 // keyStats is what the report knows of one client key.
 type keyStats struct {
 	key                        string
+	hash                       uint64
 	policy                     string
 	requests, allowed, refused uint64
 	over                       uint64 // space-saving overestimate: requests counted before the key entered the table
@@ -92,30 +104,27 @@ type keyStats struct {
 type keyTable struct {
 	seed     maphash.Seed
 	capacity int
-	byKey    map[string]*keyStats
-	h        keyHeap // min-heap on requests
-	replaced uint64  // keys that took another's place
+	byKey    map[uint64]*keyStats // by the key's hash (64 bits: a collision is negligible at this size)
+	h        keyHeap
+	replaced uint64 // keys that took another's place
 }
 
 func newKeyTable(capacity int) *keyTable {
-	return &keyTable{seed: maphash.MakeSeed(), capacity: capacity, byKey: make(map[string]*keyStats, min(capacity, 1<<16))}
+	return &keyTable{seed: maphash.MakeSeed(), capacity: capacity, byKey: make(map[uint64]*keyStats, min(capacity, 1<<16))}
 }
 
 func (t *keyTable) add(rec *record, d *addrlimit.Decision) {
-	k := t.byKey[d.Key]
+	hk := maphash.String(t.seed, d.Key)
+	k := t.byKey[hk]
 	if k == nil {
 		if len(t.byKey) < t.capacity {
 			k = &keyStats{}
-			heap.Push(&t.h, k)
+			t.h.push(k)
 		} else {
-			k = t.h[0]
-			delete(t.byKey, k.key)
-			over := k.requests
-			*k = keyStats{idx: 0, over: over, requests: over}
-			t.replaced++
+			k = t.evict()
 		}
-		k.key = d.Key
-		t.byKey[d.Key] = k
+		k.key, k.hash = d.Key, hk
+		t.byKey[hk] = k
 	}
 	k.policy = d.Policy
 	k.requests++
@@ -143,7 +152,26 @@ func (t *keyTable) add(rec *record, d *addrlimit.Decision) {
 	hp := maphash.Bytes(t.seed, pathOnly(rec.path))
 	k.paths.add(hp)
 	k.pathSamples.add(hp, pathOnly(rec.path))
-	heap.Fix(&t.h, k.idx)
+}
+
+// evict empties the entry of the key with the fewest requests for a new
+// key, which inherits that count as its overestimate. The heap is ordered
+// by each entry's count when it was last placed (ranked), which only grows
+// into requests; so counting a request costs no heap work, and the root is
+// the true minimum once its ranked count is current: every other entry has
+// requests >= ranked >= the root's.
+func (t *keyTable) evict() *keyStats {
+	for t.h[0].ranked != t.h[0].k.requests {
+		t.h[0].ranked = t.h[0].k.requests
+		t.h.down(0)
+	}
+	k := t.h[0].k
+	delete(t.byKey, k.hash)
+	over := k.requests
+	*k = keyStats{idx: k.idx, over: over, requests: over}
+	t.h[0].ranked = over
+	t.replaced++
+	return k
 }
 
 // pathOnly is a target without its query.
@@ -156,17 +184,52 @@ func pathOnly(p []byte) []byte {
 	return p
 }
 
-type keyHeap []*keyStats
+// keyHeap is a binary min-heap of the table's entries by ranked count. The
+// counts are in the array, so sifting reads no entry.
+type keyHeap []heapEntry
 
-func (h keyHeap) Len() int           { return len(h) }
-func (h keyHeap) Less(i, j int) bool { return h[i].requests < h[j].requests }
-func (h keyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].idx = i; h[j].idx = j }
-func (h *keyHeap) Push(x any)        { k := x.(*keyStats); k.idx = len(*h); *h = append(*h, k) }
-func (h *keyHeap) Pop() any {
-	old := *h
-	k := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return k
+type heapEntry struct {
+	ranked uint64 // the entry's requests when last placed
+	k      *keyStats
+}
+
+func (h *keyHeap) push(k *keyStats) {
+	*h = append(*h, heapEntry{ranked: k.requests, k: k})
+	k.idx = len(*h) - 1
+	h.up(k.idx)
+}
+
+func (h keyHeap) swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].k.idx, h[j].k.idx = i, j
+}
+
+func (h keyHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[p].ranked <= h[i].ranked {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h keyHeap) down(i int) {
+	for {
+		m, l := i, 2*i+1
+		if l < len(h) && h[l].ranked < h[m].ranked {
+			m = l
+		}
+		if r := l + 1; r < len(h) && h[r].ranked < h[m].ranked {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		h.swap(i, m)
+		i = m
+	}
 }
 
 // maxIdentities bounds the identity table; further names are counted as
