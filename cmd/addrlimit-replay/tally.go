@@ -10,10 +10,42 @@ import (
 	"github.com/addrlimit/addrlimit"
 )
 
-// hll is a HyperLogLog of 64 one-byte registers (Flajolet et al. 2007, with
-// linear counting below 2.5×64): 64 bytes whatever it counts, exact-ish for
-// a handful of values (the case that matters: 1 user agent or 3), within
-// about 13 % (one standard error) for many.
+// distinct estimates how many distinct values (hashes) it was given: exactly
+// up to exactLimit, then by a HyperLogLog of 64 one-byte registers
+// (Flajolet et al. 2007, with linear counting below 160), within about 13 %
+// (one standard error). 137 bytes whatever it counts.
+type distinct struct {
+	exact [exactLimit]uint64
+	n     uint8 // exact values held; exactLimit+1 once there were more
+	h     hll
+}
+
+const exactLimit = 8
+
+func (d *distinct) add(x uint64) {
+	d.h.add(x)
+	if int(d.n) > exactLimit {
+		return
+	}
+	for _, v := range d.exact[:d.n] {
+		if v == x {
+			return
+		}
+	}
+	if int(d.n) < exactLimit {
+		d.exact[d.n] = x
+	}
+	d.n++
+}
+
+func (d *distinct) count() int {
+	if int(d.n) <= exactLimit {
+		return int(d.n)
+	}
+	return max(d.h.count(), exactLimit+1)
+}
+
+// hll is a HyperLogLog of 64 one-byte registers.
 type hll [64]uint8
 
 func (h *hll) add(x uint64) {
@@ -89,7 +121,7 @@ type keyStats struct {
 	sec, min                   int64  // the current second and minute
 	inSec, inMin               uint32 // requests in them
 	peakSec, peakMin           uint32
-	uas, paths                 hll
+	uas, paths                 distinct
 	uaSamples, pathSamples     sampleSet
 	idx                        int // in the heap
 }
@@ -98,7 +130,7 @@ type keyStats struct {
 // 2005) over at most capacity keys: when a new key arrives at a full table
 // it takes the place of the key with the fewest requests, inheriting that
 // count as its overestimate. So memory is bounded by capacity entries
-// (about 700 bytes each), every key with more than N/capacity of N requests
+// (about 1 KB each with the key, so 10 MB at the default -keys), every key with more than N/capacity of N requests
 // is in the table, and a key's counts are exact while its overestimate is 0.
 // The overall totals are counted apart and are always exact.
 type keyTable struct {
