@@ -53,9 +53,10 @@ import (
 
 func main() {
 	if err := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "addrlimit-replay:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the usage was printed
 		}
+		fmt.Fprintln(os.Stderr, "addrlimit-replay:", err)
 		os.Exit(2)
 	}
 }
