@@ -15,18 +15,17 @@ import (
 // flood), four user agents, six paths, an X-Forwarded-For field. The
 // generation is counted in the benchmark's time.
 type synthLog struct {
-	n, i    int
-	rng     uint64
-	sec     int64
-	stamp   []byte
-	buf     []byte
-	off     int
-	busy    []string
-	uas     []string
-	paths   []string
-	t0      time.Time
-	perSec  int
-	scratch []byte
+	n, i   int
+	rng    uint64
+	sec    int64
+	stamp  []byte
+	buf    []byte
+	off    int
+	busy   []string
+	uas    []string
+	paths  []string
+	t0     time.Time
+	perSec int
 }
 
 func newSynthLog(n int) *synthLog {

@@ -176,15 +176,7 @@ func TestReplayEqualsLive(t *testing.T) {
 		}
 	}
 
-	o, err := parseFlags(liveFlags, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := newParser(o.format, o.fwdField, o.identityField, o.jsonFields)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := newEngine(o.limits)
+	_, p, e, err := setup(liveFlags, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,16 +141,25 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	return o, nil
 }
 
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+// setup parses the flags and builds the parser and the engine they describe.
+func setup(args []string, stderr io.Writer) (*options, parser, *engine, error) {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	p, err := newParser(o.format, o.fwdField, o.identityField, o.jsonFields)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	e, err := newEngine(o.limits)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return o, p, e, nil
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	o, p, e, err := setup(args, stderr)
 	if err != nil {
 		return err
 	}

@@ -213,15 +213,7 @@ func replayProxyLog(t *testing.T, a *proxiedApp, path string, n int, args ...str
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	o, err := parseFlags(append([]string{"-limit", "3", "-per", "1h"}, args...), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := newParser(o.format, o.fwdField, o.identityField, o.jsonFields)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := newEngine(o.limits)
+	_, p, e, err := setup(append([]string{"-limit", "3", "-per", "1h"}, args...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
