@@ -126,8 +126,27 @@ func TestIncidentReplayed(t *testing.T) {
 
 	// The terminal summary and the HTML report say the same.
 	var text bytes.Buffer
-	if err := run(append(args, "-exempt-identities=false", "-html", filepath.Join(t.TempDir(), "r.html")), strings.NewReader(log), &text, io.Discard); err != nil {
+	page := filepath.Join(t.TempDir(), "r.html")
+	if err := run(append(args, "-exempt-identities=false", "-html", page), strings.NewReader(log), &text, io.Discard); err != nil {
 		t.Fatal(err)
+	}
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Self-contained: two inline charts, no script, nothing fetched.
+	if n := bytes.Count(html, []byte("<svg ")); n != 2 {
+		t.Errorf("the HTML report has %d charts, want 2", n)
+	}
+	for _, bad := range []string{"<script", "src=", "href=", "@import", "url("} {
+		if bytes.Contains(html, []byte(bad)) {
+			t.Errorf("the HTML report contains %q: it must load nothing", bad)
+		}
+	}
+	for _, want := range []string{`<td class="k">127.0.0.1</td>`, "shared egress?", `class="refused"`, "edge/2.3 (custom-domain lookup)"} {
+		if !bytes.Contains(html, []byte(want)) {
+			t.Errorf("the HTML report lacks %q", want)
+		}
 	}
 	for _, want := range []string{"1660 requests", "760 refused", "edge: 420 requests, 0 exempt, 320 refused", "127.0.0.1: 860 requests, 560 refused, ~3 user agents", `"edge/2.3 (custom-domain lookup)"`} {
 		if !strings.Contains(text.String(), want) {
