@@ -147,6 +147,9 @@ func setup(args []string, stderr io.Writer) (*options, parser, *engine, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if o.Header != "" && o.fwdField == "" && (o.format == "combined" || o.format == "alb") {
+		return nil, nil, nil, fmt.Errorf("-proxy-header %s: the %s format records no header unless -fwd-field says where (alb: the client field is already the address behind the load balancer)", o.Header, o.format)
+	}
 	p, err := newParser(o.format, o.fwdField, o.identityField, o.jsonFields)
 	if err != nil {
 		return nil, nil, nil, err

@@ -38,7 +38,7 @@ type Report struct {
 	// overestimate (Key.Overestimate).
 	KeyCapacity  int    `json:"key_capacity"`
 	KeysReplaced uint64 `json:"keys_replaced"`
-	Keys         []Key  `json:"keys"` // refused first, then by requests
+	Keys         []Key  `json:"keys"` // one per bucket (policy and key); refused first, then by requests
 
 	Timeline Timeline `json:"timeline"`
 }

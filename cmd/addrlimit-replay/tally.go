@@ -110,7 +110,8 @@ func (s *sampleSet) strings() []string {
 	return out
 }
 
-// keyStats is what the report knows of one client key.
+// keyStats is what the report knows of one client key under one policy
+// (one bucket).
 type keyStats struct {
 	key                        string
 	hash                       uint64
@@ -130,13 +131,15 @@ type keyStats struct {
 // 2005) over at most capacity keys: when a new key arrives at a full table
 // it takes the place of the key with the fewest requests, inheriting that
 // count as its overestimate. So memory is bounded by capacity entries
-// (about 1 KB each with the key, so 10 MB at the default -keys), every key with more than N/capacity of N requests
-// is in the table, and a key's counts are exact while its overestimate is 0.
+// (about 1 KB each with the key, so 10 MB at the default -keys), every key
+// with more than N/capacity of N requests is in the table, and a key's
+// counts are exact while its overestimate is 0. A key is a bucket: the same
+// address under two policies is two keys.
 // The overall totals are counted apart and are always exact.
 type keyTable struct {
 	seed     maphash.Seed
 	capacity int
-	byKey    map[uint64]*keyStats // by the key's hash (64 bits: a collision is negligible at this size)
+	byKey    map[uint64]*keyStats // by the hash of (policy, key), 64 bits: a collision is negligible at this size
 	h        keyHeap
 	replaced uint64 // keys that took another's place
 }
@@ -146,7 +149,7 @@ func newKeyTable(capacity int) *keyTable {
 }
 
 func (t *keyTable) add(rec *record, d *addrlimit.Decision) {
-	hk := maphash.String(t.seed, d.Key)
+	hk := maphash.Comparable(t.seed, [2]string{d.Policy, d.Key}) // one bucket, one row
 	k := t.byKey[hk]
 	if k == nil {
 		if len(t.byKey) < t.capacity {
@@ -155,10 +158,9 @@ func (t *keyTable) add(rec *record, d *addrlimit.Decision) {
 		} else {
 			k = t.evict()
 		}
-		k.key, k.hash = d.Key, hk
+		k.key, k.policy, k.hash = d.Key, d.Policy, hk
 		t.byKey[hk] = k
 	}
-	k.policy = d.Policy
 	k.requests++
 	if d.Outcome == addrlimit.Limited {
 		k.refused++
@@ -280,7 +282,11 @@ type identityStats struct {
 
 type identityTable struct{ byName map[string]*identityStats }
 
+// maxIdentityLen bounds an identity name as the report keeps it.
+const maxIdentityLen = 64
+
 func (t *identityTable) add(id []byte, d *addrlimit.Decision) {
+	id = id[:min(len(id), maxIdentityLen)]
 	s := t.byName[string(id)]
 	if s == nil {
 		name := string(id)
