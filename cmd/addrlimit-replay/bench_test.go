@@ -11,9 +11,9 @@ import (
 )
 
 // synthLog is an io.Reader of n nginx "main" lines, generated as they are
-// read (so no file and no memory holds the log): 1,000 requests a second,
-// 70 % of them from 1,000 busy addresses and 30 % from 2^20 others (a
-// flood), four user agents, six paths, an X-Forwarded-For field. The
+// read (so no file and no memory holds the log): 1,000 requests a second
+// from 1,000 busy addresses, or with flood set 30 % of them from 2^20 other
+// addresses; four user agents, six paths, an X-Forwarded-For field. The
 // generation is counted in the benchmark's time.
 type synthLog struct {
 	n, i   int
@@ -27,10 +27,11 @@ type synthLog struct {
 	paths  []string
 	t0     time.Time
 	perSec int
+	flood  bool
 }
 
-func newSynthLog(n int) *synthLog {
-	s := &synthLog{n: n, rng: 0x9e3779b97f4a7c15, sec: -1, perSec: 1000, t0: time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC),
+func newSynthLog(n int, flood bool) *synthLog {
+	s := &synthLog{n: n, flood: flood, rng: 0x9e3779b97f4a7c15, sec: -1, perSec: 1000, t0: time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC),
 		uas:   []string{"Mozilla/5.0 (X11; Linux x86_64) Firefox/133.0", "curl/8.5.0", "python-requests/2.32.3", "Go-http-client/1.1"},
 		paths: []string{"/", "/v1/sites", "/v1/sites/42", "/login", "/internal/domains/lookup", "/static/app.js"}}
 	for i := range 1000 {
@@ -53,7 +54,7 @@ func (s *synthLog) line() {
 	}
 	r := s.next()
 	b := s.buf[:0]
-	if r%10 < 7 {
+	if !s.flood || r%10 < 7 {
 		b = append(b, s.busy[(r>>8)%1000]...)
 	} else {
 		x := (r >> 8) % (1 << 20)
@@ -102,21 +103,30 @@ func (s *synthLog) Read(p []byte) (int, error) {
 //	GOMAXPROCS=1 go test -run '^$' -bench Replay -benchtime 10000000x -cpu 1 .
 //
 // stage=parse parses only, stage=decide also decides (Limiter.Allow),
-// stage=all is the command's loop. Each reports lines/s (wall clock),
+// stage=all is the command's loop; /flood adds the flood of new addresses
+// (each one a new bucket in the Limiter and a replaced key in the report). Each reports lines/s (wall clock),
 // lines/cpu-s (per second of the process's CPU time: what one core does
 // when other processes share the machine) and the heap in use at the end
 // (after a GC): the memory bound, which does not grow with the number of
 // lines.
 func BenchmarkReplay(b *testing.B) {
-	for _, stage := range []string{"parse", "decide", "all"} {
-		b.Run("stage="+stage, func(b *testing.B) {
+	for _, bc := range []struct {
+		stage string
+		flood bool
+	}{{"parse", false}, {"decide", false}, {"all", false}, {"all", true}} {
+		stage := bc.stage
+		name := "stage=" + stage
+		if bc.flood {
+			name += "/flood"
+		}
+		b.Run(name, func(b *testing.B) {
 			e, err := newEngine(limits{Limit: 300, Per: time.Minute})
 			if err != nil {
 				b.Fatal(err)
 			}
 			t := newTally(10000)
 			p := &combinedParser{extra: extraFields{fwd: 1}}
-			r := bufio.NewReaderSize(newSynthLog(b.N), maxLine)
+			r := bufio.NewReaderSize(newSynthLog(b.N, bc.flood), maxLine)
 			var rec record
 			n := 0
 			b.ReportAllocs()

@@ -142,14 +142,26 @@ type keyTable struct {
 	byKey    map[uint64]*keyStats // by the hash of (policy, key), 64 bits: a collision is negligible at this size
 	h        keyHeap
 	replaced uint64 // keys that took another's place
+	// The last policy name hashed, and its hash.
+	policy     string
+	policyHash uint64
 }
 
 func newKeyTable(capacity int) *keyTable {
 	return &keyTable{seed: maphash.MakeSeed(), capacity: capacity, byKey: make(map[uint64]*keyStats, min(capacity, 1<<16))}
 }
 
+// hash is the table's hash of a bucket: its key's hash plus its policy's
+// (the few policy names are hashed once each).
+func (t *keyTable) hash(policy, key string) uint64 {
+	if policy != t.policy {
+		t.policy, t.policyHash = policy, maphash.String(t.seed, policy)
+	}
+	return maphash.String(t.seed, key) + t.policyHash*0x9e3779b97f4a7c15
+}
+
 func (t *keyTable) add(rec *record, d *addrlimit.Decision) {
-	hk := maphash.Comparable(t.seed, [2]string{d.Policy, d.Key}) // one bucket, one row
+	hk := t.hash(d.Policy, d.Key)
 	k := t.byKey[hk]
 	if k == nil {
 		if len(t.byKey) < t.capacity {

@@ -35,7 +35,7 @@ func TestKeyTableBounded(t *testing.T) {
 			t.Fatalf("after %d keys the table holds %d (heap %d), bound %d", i+1, len(kt.byKey), len(kt.h), capacity)
 		}
 	}
-	k := kt.byKey[maphash.Comparable(kt.seed, [2]string{"default", "192.0.2.1"})]
+	k := kt.byKey[kt.hash("default", "192.0.2.1")]
 	if k == nil || k.requests != uint64(heavy) || k.over != 0 {
 		t.Fatalf("heavy key: %+v, want %d requests, exact", k, heavy)
 	}
