@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"math"
 	"os"
 	"time"
 )
@@ -129,6 +130,18 @@ func topKeysChart(keys []Key) chart {
 	return c
 }
 
+// round keeps one decimal of the charts' coordinates (a tenth of a pixel).
+func (c *chart) round() {
+	r := func(x float64) float64 { return math.Round(x*10) / 10 }
+	for i := range c.Bars {
+		b := &c.Bars[i]
+		b.X, b.Y, b.W, b.H = r(b.X), r(b.Y), r(b.W), r(b.H)
+	}
+	for i := range c.Labels {
+		c.Labels[i].X, c.Labels[i].Y = r(c.Labels[i].X), r(c.Labels[i].Y)
+	}
+}
+
 func writeHTML(w io.Writer, r *Report, rows int) error {
 	p := htmlPage{Report: r, Top: r.Keys[:min(rows, len(r.Keys))], Timeline: timelineChart(r.Timeline), Per: r.Limits.Per.String()}
 	for _, k := range r.Keys {
@@ -137,6 +150,8 @@ func writeHTML(w io.Writer, r *Report, rows int) error {
 		}
 	}
 	p.TopKeys = topKeysChart(p.Top)
+	p.Timeline.round()
+	p.TopKeys.round()
 	return htmlTemplate.Execute(w, p)
 }
 
