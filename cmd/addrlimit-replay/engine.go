@@ -117,6 +117,9 @@ type engine struct {
 	vals [1]string // the proxy header's value, pointing into the line
 	auth [1]string // "Bearer <a random secret>": never printed
 	tok  bool      // exempt identities
+	// Whether req carries the proxy header and Authorization: set or
+	// deleted only when that changes.
+	hasFwd, hasAuth bool
 }
 
 func newEngine(c limits) (*engine, error) {
@@ -225,17 +228,24 @@ func (e *engine) decide(rec *record) addrlimit.Decision {
 	}
 	r.URL.Path = transient(path)
 	if e.fwd != "" {
-		if len(rec.fwd) > 0 {
+		switch {
+		case len(rec.fwd) > 0:
 			e.vals[0] = transient(rec.fwd)
-			r.Header[e.fwd] = e.vals[:]
-		} else {
+			if !e.hasFwd {
+				r.Header[e.fwd], e.hasFwd = e.vals[:], true
+			}
+		case e.hasFwd:
 			delete(r.Header, e.fwd)
+			e.hasFwd = false
 		}
 	}
-	if e.tok && hasIdentity(rec.identity) {
-		r.Header["Authorization"] = e.auth[:]
-	} else {
-		delete(r.Header, "Authorization")
+	if auth := e.tok && hasIdentity(rec.identity); auth != e.hasAuth {
+		if auth {
+			r.Header["Authorization"] = e.auth[:]
+		} else {
+			delete(r.Header, "Authorization")
+		}
+		e.hasAuth = auth
 	}
 	return e.lim.Allow(r)
 }
