@@ -138,6 +138,12 @@ func TestIncidentReplayed(t *testing.T) {
 	if n := bytes.Count(html, []byte("<svg ")); n != 2 {
 		t.Errorf("the HTML report has %d charts, want 2", n)
 	}
+	// The replay's internal token is its own random secret: no output shows it.
+	for _, out := range [][]byte{text.Bytes(), html} {
+		if bytes.Contains(out, []byte("Bearer")) {
+			t.Errorf("an output shows a bearer token:\n%s", out)
+		}
+	}
 	for _, bad := range []string{"<script", "src=", "href=", "@import", "url("} {
 		if bytes.Contains(html, []byte(bad)) {
 			t.Errorf("the HTML report contains %q: it must load nothing", bad)
