@@ -30,7 +30,8 @@
 // identity only after verifying the token (nginx: a map on
 // $http_authorization). The log's time resolution is the replay's: requests
 // logged in the same second count as simultaneous. Logs are read in order;
-// a line earlier than one before it is decided at the latest time seen.
+// a line earlier than the lines before it refills no bucket: it is decided
+// at the latest time its bucket's table has seen (WithClock).
 //
 // Memory is bounded whatever the log's size: the Limiter's own tables
 // (-max-keys exact buckets per policy, as in production), -keys entries in
