@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // record is one parsed access-log line. Its byte slices point into the line
@@ -598,7 +599,7 @@ func unescape(dst, s []byte) []byte {
 					if r >= 0xD800 && r < 0xE000 {
 						r = 0xFFFD
 					}
-					dst = append(dst, string(r)...)
+					dst = utf8.AppendRune(dst, r)
 					s = s[4:]
 					continue
 				}

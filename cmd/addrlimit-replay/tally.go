@@ -105,7 +105,7 @@ func (s *sampleSet) add(h uint64, v []byte) {
 func (s *sampleSet) strings() []string {
 	out := make([]string, s.n)
 	for i := range s.n {
-		out[i] = strings.ToValidUTF8(string(s.val[i][:s.len[i]]), "")
+		out[i] = printable(string(s.val[i][:s.len[i]]))
 	}
 	return out
 }
@@ -306,7 +306,7 @@ func (t *identityTable) add(id []byte, d *addrlimit.Decision) {
 			name = otherIdentity
 		}
 		if s = t.byName[name]; s == nil {
-			s = &identityStats{Name: strings.ToValidUTF8(name, "?")}
+			s = &identityStats{Name: printable(name)}
 			t.byName[name] = s
 		}
 	}
@@ -402,4 +402,15 @@ func (t *tally) add(rec *record, d *addrlimit.Decision) {
 		t.allowed++
 	}
 	t.keys.add(rec, d)
+}
+
+// printable is s as the report may print it on a terminal: valid UTF-8, with
+// control characters (escape sequences included) replaced by '?'.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
 }

@@ -93,3 +93,16 @@ func TestTimelineBounded(t *testing.T) {
 		t.Errorf("%d slots of %v holding %d refusals; want at most %d slots of 16s, %d refusals", len(tl.slots), time.Duration(tl.width), sum, maxSlots, n)
 	}
 }
+
+// TestIdentityNamesPrintable: an identity name from a log cannot write
+// escape sequences to the terminal that shows the summary.
+func TestIdentityNamesPrintable(t *testing.T) {
+	ids := identityTable{byName: map[string]*identityStats{}}
+	d := addrlimit.Decision{Outcome: addrlimit.Exempt}
+	ids.add([]byte("edge\x1b[2J\xff"), &d)
+	for _, s := range ids.byName {
+		if s.Name != "edge?[2J?" {
+			t.Errorf("identity name %q, want %q", s.Name, "edge?[2J?")
+		}
+	}
+}
