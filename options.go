@@ -397,7 +397,7 @@ func WithStoreFailure(p FailurePolicy) Option {
 // buckets of FailLocal; a Store given to WithStore keeps its own clock (the
 // Redis store uses the server's), and LogObserver's one-line-per-interval
 // suppression reads the system clock. Without WithClock, a decision reads
-// the monotonic clock through time.Since, as before.
+// the monotonic clock (time.Since).
 func WithClock(now func() time.Time) Option {
 	return func(c *config) error {
 		if now == nil {
