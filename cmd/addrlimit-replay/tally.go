@@ -119,7 +119,8 @@ type keyStats struct {
 	requests, allowed, refused uint64
 	over                       uint64 // space-saving overestimate: requests counted before the key entered the table
 	firstRefusal               int64  // Unix ns, 0: none
-	sec, min                   int64  // the current second and minute
+	secEnd, minEnd             int64  // Unix ns: the ends of the current second and minute
+	lastUA, lastPath           uint64 // hashes of the last user agent and path
 	inSec, inMin               uint32 // requests in them
 	peakSec, peakMin           uint32
 	uas, paths                 distinct
@@ -182,22 +183,28 @@ func (t *keyTable) add(rec *record, d *addrlimit.Decision) {
 	} else {
 		k.allowed++
 	}
-	if s := rec.time / 1e9; s > k.sec {
-		k.sec, k.inSec = s, 0
-	}
-	if m := rec.time / 60e9; m > k.min {
-		k.min, k.inMin = m, 0
+	if rec.time >= k.secEnd { // a new second (or minute): no division per line
+		k.secEnd, k.inSec = rec.time-rec.time%1e9+1e9, 0
+		if rec.time >= k.minEnd {
+			k.minEnd, k.inMin = rec.time-rec.time%60e9+60e9, 0
+		}
 	}
 	k.inSec++
 	k.inMin++
 	k.peakSec = max(k.peakSec, k.inSec)
 	k.peakMin = max(k.peakMin, k.inMin)
-	hu := maphash.Bytes(t.seed, rec.ua)
-	k.uas.add(hu)
-	k.uaSamples.add(hu, rec.ua)
-	hp := maphash.Bytes(t.seed, pathOnly(rec.path))
-	k.paths.add(hp)
-	k.pathSamples.add(hp, pathOnly(rec.path))
+	// A user agent or path like the key's last one changes no count.
+	if hu := maphash.Bytes(t.seed, rec.ua); hu != k.lastUA {
+		k.lastUA = hu
+		k.uas.add(hu)
+		k.uaSamples.add(hu, rec.ua)
+	}
+	path := pathOnly(rec.path)
+	if hp := maphash.Bytes(t.seed, path); hp != k.lastPath {
+		k.lastPath = hp
+		k.paths.add(hp)
+		k.pathSamples.add(hp, path)
+	}
 }
 
 // evict empties the entry of the key with the fewest requests for a new
