@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -155,7 +156,8 @@ func (r *Report) writeText(w io.Writer, rows int) error {
 		p(" (among the %d most frequent keys kept; %d others were replaced)", r.KeyCapacity, r.KeysReplaced)
 	}
 	p("\n")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "key\tpolicy\trequests\trefused\tfirst refusal\tpeak/s\tpeak/min\tUAs\tpaths\t\t")
 	for i, k := range r.Keys {
 		if i == rows {
@@ -173,6 +175,9 @@ func (r *Report) writeText(w io.Writer, rows int) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for line := range strings.Lines(table.String()) { // without the padding of an empty last cell
+		p("%s\n", strings.TrimRight(line, " \n"))
 	}
 	var shared []Key
 	for _, k := range r.Keys {
