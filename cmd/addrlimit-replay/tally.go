@@ -345,7 +345,7 @@ func (t *timeline) add(at int64, d *addrlimit.Decision) {
 	}
 	i := max(at-t.start, 0) / t.width
 	for i >= maxSlots {
-		for j := range maxSlots / 2 {
+		for j := range (len(t.slots) + 1) / 2 {
 			a, b := t.slots[2*j], slot{}
 			if 2*j+1 < len(t.slots) {
 				b = t.slots[2*j+1]

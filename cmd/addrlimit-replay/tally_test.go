@@ -94,6 +94,25 @@ func TestTimelineBounded(t *testing.T) {
 	}
 }
 
+// TestTimelineJump: a log whose times jump far ahead after a few slots (two
+// logs of different days concatenated) widens the slots without losing a
+// request (it indexed past the slots).
+func TestTimelineJump(t *testing.T) {
+	var tl timeline
+	d := addrlimit.Decision{Outcome: addrlimit.Allowed}
+	t0 := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC).UnixNano()
+	for _, at := range []int64{t0, t0 + 599e9, t0 + int64(9*time.Hour), t0 + int64(48*time.Hour), t0 + 1e9} {
+		tl.add(at, &d)
+	}
+	var sum uint64
+	for _, s := range tl.slots {
+		sum += s.Requests
+	}
+	if len(tl.slots) > maxSlots || sum != 5 || tl.slots[0].Requests != 2 {
+		t.Errorf("%d slots of %v, %d requests, %d in the first; want at most %d slots, 5 requests, 2 in the first (t0 and t0+1s)", len(tl.slots), time.Duration(tl.width), sum, tl.slots[0].Requests, maxSlots)
+	}
+}
+
 // TestIdentityNamesPrintable: an identity name from a log cannot write
 // escape sequences to the terminal that shows the summary.
 func TestIdentityNamesPrintable(t *testing.T) {
