@@ -153,7 +153,7 @@ func (r *Report) writeText(w io.Writer, rows int) error {
 	}
 	p("\nkeys refused at least once: %d", refusedKeys)
 	if r.KeysReplaced > 0 {
-		p(" (among the %d most frequent keys kept; %d others were replaced)", r.KeyCapacity, r.KeysReplaced)
+		p(" (among the %d most frequent keys kept; %d rarer keys were replaced,\nand a count marked (≤+n) may include up to n of their requests)", r.KeyCapacity, r.KeysReplaced)
 	}
 	p("\n")
 	var table bytes.Buffer
@@ -171,7 +171,11 @@ func (r *Report) writeText(w io.Writer, rows int) error {
 		if k.SharedEgress {
 			note = "shared egress?"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t\n", k.Key, k.Policy, k.Requests, k.Refused, first, k.PeakPerSec, k.PeakPerMin, k.UserAgents, k.Paths, note)
+		requests := fmt.Sprint(k.Requests)
+		if k.Overestimate > 0 {
+			requests += fmt.Sprintf(" (≤+%d)", k.Overestimate)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t\n", k.Key, k.Policy, requests, k.Refused, first, k.PeakPerSec, k.PeakPerMin, k.UserAgents, k.Paths, note)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
