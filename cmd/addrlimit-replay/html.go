@@ -142,8 +142,21 @@ func (c *chart) round() {
 	}
 }
 
+// perString names a period as a person would: "minute", or "90s".
+func perString(d time.Duration) string {
+	switch d {
+	case time.Second:
+		return "second"
+	case time.Minute:
+		return "minute"
+	case time.Hour:
+		return "hour"
+	}
+	return d.String()
+}
+
 func writeHTML(w io.Writer, r *Report, rows int) error {
-	p := htmlPage{Report: r, Top: r.Keys[:min(rows, len(r.Keys))], Timeline: timelineChart(r.Timeline), Per: r.Limits.Per.String()}
+	p := htmlPage{Report: r, Top: r.Keys[:min(rows, len(r.Keys))], Timeline: timelineChart(r.Timeline), Per: perString(r.Limits.Per)}
 	for _, k := range r.Keys {
 		if k.SharedEgress && len(p.Shared) < rows {
 			p.Shared = append(p.Shared, k)
