@@ -34,9 +34,10 @@ type DebtStore interface {
 }
 
 // Bounds of a policy's debt record: at most maxDebtKeys keys, each of at
-// most maxDebtKeyLen bytes, so at most about 7 MB per policy however many
-// addresses spend during an outage. A key longer than that is not recorded:
-// its debt is forgiven, as it was before debts existed.
+// most maxDebtKeyLen bytes, so at most about 6.5 MB per policy (2.6 MB with
+// IPv4 keys; measured) however many addresses spend during an outage. A key
+// longer than that is not recorded: its debt is forgiven, as it was before
+// debts existed.
 const (
 	maxDebtKeys   = 1 << 14
 	maxDebtKeyLen = 256
@@ -55,10 +56,10 @@ const (
 // 2005). So a new key always gets a place, and its debt grows with each
 // charge: a flood of other keys cannot keep a spending client out by filling
 // the record first. And a debt is forgotten only when all the other entries
-// weigh at least as much: the weights sum to at most the tokens recorded
+// weigh at least as much; the weights sum to at most the tokens recorded
 // since the record was last empty, so forgetting a debt of d tokens takes
-// other keys charging at least (maxDebtKeys − 1) × d tokens meanwhile (4.9
-// million one-token requests for a debt of 300). The record keeps the
+// at least (maxDebtKeys − 1) × d tokens charged to other entries since then
+// (4.9 million one-token requests for a debt of 300). The record keeps the
 // largest debts. A debt keeps its place while it is paid: a payment that
 // fails leaves it as it was (take, settle).
 type debtRecord struct {
