@@ -15,9 +15,14 @@ import "slices"
 // Cells are single bytes, so that a key of capacity gets many of them
 // (sketchRows x sketchWidthPerKey): what keeps newcomers from colliding
 // with a flood in every row is the number of cells per flooding key, and a
-// flood of keys that each spend a token compounds through collisions (a
-// newcomer inherits its cells' minimum, spends, and is merged back one token
-// later) unless most newcomers find a free cell. A cell counts units of
+// flood of keys that each spend a token or two compounds through
+// collisions (a newcomer inherits its cells' minimum, spends, and is merged
+// back that much later) unless most newcomers find a cell of their own: no
+// update rule avoids this, as the cells must bound every key that was
+// merged, so only the number of cells per flooding key does. At 64 cells
+// per row per key of capacity, a flood of 128 times the capacity leaves two
+// keys per cell, where keys of two requests each still leave 95% of
+// newcomers at least one token (28 cells left 30%). A cell counts units of
 // tau/64 (rounded up to whole nanoseconds) of the shard's time line, modulo
 // 256; 0 means free. Times are rounded UP to a unit when merged, so
 // rounding too only ever limits more (by less than burst/64 tokens per
@@ -61,7 +66,7 @@ type sketch struct {
 const (
 	sketchRows = 3
 	// sketchWidthPerKey is the width of a row per key of shard capacity:
-	// sketchRows x sketchWidthPerKey bytes per key.
+	// sketchRows x sketchWidthPerKey bytes per key (README, "Memory").
 	sketchWidthPerKey = 64
 	minSketchWidth    = 32
 	// unitsPerTau fixes the resolution: a unit is tau/64, so rounding costs

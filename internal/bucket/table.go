@@ -35,8 +35,11 @@ const (
 //     evicting a key, or rotating keys through the table, gives nothing
 //     back. The price is over-limiting: a new key whose estimate collides
 //     with drained keys is limited too.
-//   - Reset, Refund and Mirror hold: a bucket that the estimate would make
-//     emptier is evicted only when every bucket sampled for eviction is such.
+//   - Eviction costs clients little: at the cap a new key evicts, of a
+//     sample, the bucket whose eviction may cost its client least (a
+//     drained one first, a light client that refills between its requests
+//     last), and Reset pins its bucket while the estimate would limit the
+//     key (at most an eighth of a shard: see Reset).
 //   - Bounded memory, whatever the number of keys: at most maxKeys exact
 //     buckets, plus, for each shard that has evicted, an approximate memory
 //     of fixed size (proportional to the shard's capacity) that is released
@@ -409,15 +412,19 @@ type TableStats struct {
 	// table to make room (their state went to the approximate memory).
 	Evictions uint64
 	// ApproxKeys estimates how many keys have a live state in the approximate
-	// memory (linear counting over one row of each sketch); ApproxFill is the
-	// fraction of those rows' cells that hold a live time, 0 without sketch.
+	// memory (linear counting over the first row of each sketch); ApproxFill
+	// is the fraction of those rows' cells that hold a live time, 0 without
+	// sketch.
 	ApproxKeys int
 	ApproxFill float64
 }
 
 // Stats returns the table's counters. It locks each shard in turn (twice)
-// and reads one row of each shard's sketch (28 cells per key of capacity),
-// judging liveness at the latest time any shard has seen.
+// and sums, for each shard that has a sketch, the counts of its first row's
+// live cells by time (at most window of them, kept as merges write the
+// cells), judging liveness at the latest time any shard has seen. Its cost
+// does not grow with the table's cap beyond the number of shards (at most
+// 256).
 func (t *Table) Stats() TableStats {
 	var st TableStats
 	now := int64(math.MinInt64)
