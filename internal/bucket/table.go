@@ -38,8 +38,8 @@ const (
 //   - Eviction costs clients little: at the cap a new key evicts, of a
 //     sample, the bucket whose eviction may cost its client least (a
 //     drained one first, a light client that refills between its requests
-//     last), and Reset pins its bucket while the estimate would limit the
-//     key (at most an eighth of a shard: see Reset).
+//     last), and during a flood Reset pins its bucket until its client
+//     leaves it full (at most an eighth of a shard: see Reset).
 //   - Bounded memory, whatever the number of keys: at most maxKeys exact
 //     buckets, plus, for each shard that has evicted, an approximate memory
 //     of fixed size (proportional to the shard's capacity) that is released
@@ -183,19 +183,26 @@ func (t *Table) read(tat, now int64) (allowed bool, remaining int, wait, full ti
 }
 
 // Reset makes the bucket of hash h full at now, even if the approximate
-// memory would limit h: the full bucket is then kept exactly, and pinned
-// (evicted only when every sampled bucket is pinned) while that memory
-// would limit h more than its bucket does, if the shard has fewer than
-// maxPins pinned buckets. Refund and Mirror pin nothing: their callers
-// include every client, and a bound shared with them would let a client
-// take the pins of Resets.
+// memory would limit h. While that memory holds a live time, the full
+// bucket is kept exactly (else a flood could later fill h's cells, and h
+// would start from them), and pinned if the shard has fewer than maxPins
+// pinned buckets: a pinned bucket is evicted only when every sampled bucket
+// is pinned, and stays pinned until it has been full for a refill interval
+// and the memory would not limit h more than its bucket does (see
+// keepsPin). Refund and Mirror pin nothing: their callers include every
+// client, and a bound shared with them would let a client take the pins
+// of Resets.
 func (t *Table) Reset(h uint64, now int64) {
 	s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
 	_, ok := s.ex.get(h)
-	s.set(t, h, now, now, ok)
+	if s.sk == nil || s.sk.liveFraction(t.clock, now) == 0 {
+		s.set(t, h, now, now, ok)
+		return
+	}
+	s.put(t, h, now, now, ok)
 	if s.ex.pins < maxPins(int(s.max)) {
-		s.ex.pin(h, true) // h is held exactly only if the memory limits it
+		s.ex.pin(h, true)
 	}
 }
 
@@ -350,10 +357,16 @@ func (c candidate) cost(t *Table, now int64, f3 float64) int64 {
 	return t.clock.unit + int64(f3*float64(now+t.policy.tau-c.tat))
 }
 
+// keepsPin reports whether the pinned bucket sl stays pinned at now: until
+// its client has left it full for a refill interval and the approximate
+// memory would not make it emptier, evicting it could undo the Reset.
+func (s *shard) keepsPin(t *Table, sl slot, now int64) bool {
+	return sl.tat > now-t.policy.interval || s.held(t, sl.key(), sl.tat, now)
+}
+
 // victim returns the cheapest of cand to evict (see cost): among unpinned
 // buckets not in debt, else among those in debt (least debt first), else
-// among all. A pinned bucket whose key the sketch no longer limits more
-// than its own state is unpinned, as Reset would not pin it now.
+// among all. A pinned bucket that no longer keeps its pin is unpinned.
 func (s *shard) victim(t *Table, cand []candidate, now int64) candidate {
 	f3 := 0.0
 	if s.sk != nil {
@@ -363,7 +376,7 @@ func (s *shard) victim(t *Table, cand []candidate, now int64) candidate {
 	best, bestTier, bestCost := 0, 3, int64(0)
 	for i := range cand {
 		c := &cand[i]
-		if c.isPinned() && !s.held(t, c.key(), c.tat, now) {
+		if c.isPinned() && !s.keepsPin(t, c.slot, now) {
 			s.ex.pin(c.key(), false)
 			c.h = c.key()
 		}
@@ -388,12 +401,13 @@ func (s *shard) held(t *Table, h uint64, tat, now int64) bool {
 	return s.estimate(t, h, now) > ceilDiv(max(tat, now), t.clock.unit)*t.clock.unit
 }
 
-// sweep drops the free buckets among sweepSample random ones.
+// sweep drops the free buckets among sweepSample random ones, but not
+// those that keep a pin.
 func (s *shard) sweep(t *Table, now int64) {
 	var free [sweepSample]uint64
 	nFree := 0
 	s.ex.sample(sweepSample, func(sl slot) bool {
-		if s.free(t, sl.key(), sl.tat, now) {
+		if s.free(t, sl.key(), sl.tat, now) && !(sl.isPinned() && s.keepsPin(t, sl, now)) {
 			free[nFree] = sl.key()
 			nFree++
 		}

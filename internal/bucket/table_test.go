@@ -377,6 +377,44 @@ func TestResetPinsAreBounded(t *testing.T) {
 	assert.Zero(t, s.ex.pins)
 }
 
+// During a flood, a Reset keeps the bucket of a key the flood has not
+// evicted too, pinned while its client spends: dropped as full, it would
+// start from its cells, which the flood may fill meanwhile (issue 24, item
+// 6: customers not yet evicted lost their Reset that way). Once the client
+// has left it full for a refill interval, it is unpinned and dropped.
+func TestResetPinsAKeyNotInTheSketch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	p := mustPolicy(t, 5, time.Second)
+	tab := NewTable(p, 64) // one shard
+	for range 200 {
+		drain(tab, rng.Uint64(), 0)
+	}
+	h := rng.Uint64()
+	require.True(t, tab.take(h, 0, 1).Allowed)
+	require.True(t, tab.holdsExactly(h))
+	tab.Reset(h, 0)
+	s := tab.shard(key(h))
+	i, ok := s.ex.find(key(h))
+	require.True(t, ok, "reset bucket dropped during a flood")
+	require.True(t, s.ex.slots[i].isPinned())
+	ms := int64(time.Millisecond)
+	for step := range int64(5) {
+		now := step * 100 * ms
+		require.True(t, tab.take(h, now, 1).Allowed, "request %d", step)
+		for range 1000 {
+			drain(tab, rng.Uint64(), now)
+		}
+		require.True(t, tab.holdsExactly(h), "evicted after request %d", step)
+	}
+	// Full from 5s on, and the sketch expires by then: the flood goes on
+	// at 7s, past a refill interval, and h leaves.
+	for range 200 {
+		drain(tab, rng.Uint64(), 7000*ms)
+	}
+	assert.Zero(t, s.ex.pins)
+	assert.False(t, tab.holdsExactly(h))
+}
+
 // The sweep below the cap must not drop the full bucket Reset keeps.
 func TestSweepKeepsResetBucket(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
