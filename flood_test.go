@@ -257,7 +257,7 @@ func TestFloodHeapGrowth(t *testing.T) {
 		return after - before
 	}
 	// The only difference allowed is the shard array: 8 shards at 1000 keys,
-	// 256 (16 KB) from 16,384 keys up.
+	// 256 (24 KB) from 16,384 keys up.
 	capped, huge := small(1000), small(100_000_000)
 	t.Logf("a limiter with 10 clients: %d B at WithMaxKeys(1000), %d B at WithMaxKeys(1e8)", capped, huge)
 	assert.InDelta(t, float64(capped), float64(huge), 32<<10, "up-front allocation grows with the cap")
