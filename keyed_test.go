@@ -32,7 +32,7 @@ func TestAllowKeySharesTheBucketOfTheRequestPath(t *testing.T) {
 func TestAllowKeyBadInputNeverSkipsTheLimit(t *testing.T) {
 	ctx := context.Background()
 	var observed []*http.Request
-	lim := mustNew(t, 2, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "batch", Burst: 5, Interval: time.Hour / 5}),
+	lim := mustNew(t, 2, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "batch", Limits: []addrlimit.Limit{{Burst: 5, Interval: time.Hour / 5}}}),
 		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) { observed = append(observed, r) }))
 
 	d := lim.AllowKey(ctx, "no-such-policy", "job-1", 1)

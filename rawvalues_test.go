@@ -117,7 +117,7 @@ func TestAllowAsExemptsAndFlagsLikeAllow(t *testing.T) {
 	var seen []*http.Request
 	lim := mustNew(t, 1, time.Hour,
 		addrlimit.WithInternalToken(tok),
-		addrlimit.WithPolicy(addrlimit.Policy{Name: "write", Burst: 3, Interval: time.Hour / 3}),
+		addrlimit.WithPolicy(addrlimit.Policy{Name: "write", Limits: []addrlimit.Limit{{Burst: 3, Interval: time.Hour / 3}}}),
 		addrlimit.WithObserver(func(r *http.Request, _ addrlimit.Decision) { seen = append(seen, r) }))
 	call := func(auth string) *http.Request {
 		r := req("192.0.2.1:1").WithContext(context.Background())

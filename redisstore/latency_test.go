@@ -168,7 +168,7 @@ func TestQueueWaitIsNotAnOutage(t *testing.T) {
 			c.AddHook(&trips)
 
 			const callers, rounds = 1000, 5
-			pol := addrlimit.Policy{Name: "default", Burst: 100, Interval: time.Minute}
+			pol := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 100, Interval: time.Minute}}}
 			var decisions, degraded, open atomic.Int64
 			var last atomic.Pointer[error]
 			start := make(chan struct{})

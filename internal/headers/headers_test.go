@@ -189,8 +189,8 @@ func TestWindow(t *testing.T) {
 		{math.MaxInt64, time.Duration(math.MaxInt64), 1 << 62},
 		{math.MaxInt64, time.Nanosecond, 9_223_372_037},
 	} {
-		if got := window(tc.burst, tc.ivl); got != tc.want {
-			t.Errorf("window(%d, %v) = %d, want %d", tc.burst, tc.ivl, got, tc.want)
+		if got := Window(tc.burst, tc.ivl); got != tc.want {
+			t.Errorf("Window(%d, %v) = %d, want %d", tc.burst, tc.ivl, got, tc.want)
 		}
 	}
 }
@@ -315,7 +315,7 @@ func FuzzWrite(f *testing.F) {
 		h := http.Header{}
 		w.Write(h, st)
 		checkHeader(t, "fuzz", h, reference(w, name, st))
-		if w.style == Draft && w.policy != fmt.Sprintf(`"%s";q=%d;w=%d`, name, burst, window(burst, time.Duration(ivl))) {
+		if w.style == Draft && w.policy != fmt.Sprintf(`"%s";q=%d;w=%d`, name, burst, Window(burst, time.Duration(ivl))) {
 			t.Fatalf("policy %q", w.policy)
 		}
 	})
