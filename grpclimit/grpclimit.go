@@ -486,7 +486,7 @@ func (i *Interceptor) decide(ctx context.Context, method, policy string, cost in
 // refusal returns the status and trailer of the denied decision d.
 func (i *Interceptor) refusal(d *addrlimit.Decision) (metadata.MD, error) {
 	code, msg, delay := codes.ResourceExhausted, "rate limit exceeded", d.RetryAfter
-	if d.Limit == 0 { // the store failed under FailClosed: quota unknown
+	if d.QuotaUnknown { // the store failed under FailClosed
 		code, msg, delay = codes.Unavailable, "rate limiter unavailable", time.Second
 	}
 	delay = max(delay, time.Millisecond)
@@ -495,7 +495,7 @@ func (i *Interceptor) refusal(d *addrlimit.Decision) (metadata.MD, error) {
 		st = withInfo
 	}
 	md := metadata.MD{PushbackTrailer: {strconv.FormatInt(ceilDiv(delay, time.Millisecond), 10)}}
-	if i.quota && d.Limit > 0 {
+	if i.quota && !d.QuotaUnknown {
 		md = metadata.Join(md, i.quotaMD(d))
 	}
 	return md, st.Err()
@@ -509,7 +509,7 @@ func (i *Interceptor) refusal(d *addrlimit.Decision) (metadata.MD, error) {
 // internal/headers: this module may be built with a newer addrlimit, whose
 // internal packages promise nothing.)
 func (i *Interceptor) quotaMD(d *addrlimit.Decision) metadata.MD {
-	if d.Limit == 0 {
+	if d.QuotaUnknown {
 		return nil
 	}
 	// Respond writes only the quota fields of a decision that is not
