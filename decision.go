@@ -34,19 +34,24 @@ func (o Outcome) String() string {
 }
 
 // Decision describes what a Limiter decided for one request. For an Exempt
-// decision every other field is zero.
+// decision every other field but Route is zero.
 type Decision struct {
 	Outcome Outcome
+	// Route names what was called (Call.Route): an HTTP request's URL path
+	// (never its query), a gRPC call's full method. Clients choose paths
+	// (and, on a server with an unknown-service handler, methods): do not
+	// use them as metric labels unbounded.
+	Route string
 	// Policy names the policy that decided.
 	Policy string
 	// Key is the bucket the request was charged to (UnkeyedKey when it had
 	// none). Treat it as personal data: it is usually a client address.
 	// Handler fills it in only when something reads it (an observer, a
-	// WithDeniedHandler handler, WithDecisionInContext); Allow, AllowAs and
+	// WithDeniedHandler handler, WithDecisionInContext); Allow, Decide and
 	// AllowKey always do.
 	Key string
 	// Cost is the number of tokens the request costs (1 unless WithCost,
-	// AllowAs or AllowKey say otherwise).
+	// the Call or AllowKey say otherwise).
 	Cost int
 	// Limit is the bucket's capacity, its burst (the name follows the
 	// RateLimit and X-RateLimit-Limit fields, which advertise it), or 0 when
@@ -70,6 +75,10 @@ type Decision struct {
 	// internal token has retired (see InternalToken.WithRetired): one of your
 	// own services still uses an old secret. Nobody else can produce it.
 	RetiredToken bool
+	// Credentialed is set when the request carried Authorization values but
+	// was not exempt: a wrong, forged or retired token, or credentials of
+	// another kind. Anyone can send them.
+	Credentialed bool
 	// Err says why the key, the cost, the policy or the store was not what it
 	// should be (see ErrNoClientAddress and its siblings), for observers and
 	// logs; it is never sent to the client. A non-nil Err never means the

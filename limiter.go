@@ -57,8 +57,8 @@ import (
 // Limiter limits requests per key under one or more policies. Build it with
 // New; it is immutable and safe for concurrent use, and starts no goroutine.
 // A Limiter not built by New (the zero value, or a nil pointer) never lets a
-// request through unlimited: Handler, Allow, AllowAs, AllowKey, Respond,
-// Refund, Stats and Policies panic with "addrlimit: Limiter not built with
+// request through unlimited: Handler, Allow, Decide, AllowKey, Respond,
+// QuotaFields, Refund, Stats and Policies panic with "addrlimit: Limiter not built with
 // New", and Peek and Reset return that error.
 type Limiter struct {
 	policies  []*policyState // [0] is the default policy
@@ -71,7 +71,7 @@ type Limiter struct {
 	exempt    func(*http.Request) bool
 	token     *InternalToken
 	denied    http.Handler
-	observers []func(*http.Request, Decision)
+	observers []func(context.Context, Decision)
 	dryRun    bool
 	inContext bool  // WithDecisionInContext
 	store     seam  // memStore, or failover around the WithStore Store
@@ -202,11 +202,12 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	wantKey := len(l.observers) > 0 || l.denied != nil || l.inContext
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var d Decision
-		ps, k := l.decide(r, nil, wantKey, &d)
+		c := httpCall(r)
+		ps, k := l.decide(r.Context(), &c, r, wantKey, &d)
 		if wantKey {
 			d.Key = k.s
 		}
-		l.observe(r, d)
+		l.observe(r.Context(), d)
 		if d.Outcome == Exempt {
 			next.ServeHTTP(w, r)
 			return
@@ -238,34 +239,28 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 func (l *Limiter) Allow(r *http.Request) Decision {
 	l.mustBeBuilt()
 	var d Decision
-	_, k := l.decide(r, nil, true, &d)
+	c := httpCall(r)
+	_, k := l.decide(r.Context(), &c, r, true, &d)
 	d.Key = k.s
-	l.observe(r, d)
+	l.observe(r.Context(), d)
 	return d
 }
 
-// AllowAs decides r as Allow does (the exemption of WithInternalToken and
-// WithExempt, the token flags and counters, the observers, which get r) but
-// charges it as the caller says instead of asking the PolicySelector, the
-// KeyFunc and WithCost: n tokens under the named policy ("" for the default
-// one), to the bucket that key returns for r (nil: RemoteAddrKey). It is for
-// adapters of other protocols, such as the grpclimit interceptors, that
-// describe a call as an *http.Request and pick policies and costs by their
-// own rules. key follows the KeyFunc contract; bad input never skips the
-// limit and is reported as by AllowKey.
-func (l *Limiter) AllowAs(r *http.Request, policy string, key KeyFunc, n int) Decision {
-	l.mustBeBuilt()
-	var d Decision
-	_, k := l.decide(r, &chargeAs{policy: policy, key: key, n: n}, true, &d)
-	d.Key = k.s
-	l.observe(r, d)
-	return d
+// httpCall is what an HTTP request says of itself before the Limiter's HTTP
+// rules (describe) apply: its Authorization lines, and its URL path as the
+// route (a ServeMux pattern would hide the path under a catch-all "/").
+func httpCall(r *http.Request) Call {
+	c := Call{Authorization: r.Header["Authorization"]}
+	if r.URL != nil {
+		c.Route = r.URL.Path
+	}
+	return c
 }
 
 // AllowKey charges n tokens to key under the named policy ("" for the
-// default one) and tells the observers (with a nil *http.Request): the
-// decision of Handler, for job queues and other callers without an HTTP
-// request. It shares the store, the failure policy, the
+// default one) and tells the observers: the decision of Handler, for job
+// queues and other callers without an HTTP request or a client (Decide
+// describes a client's call). It shares the store, the failure policy, the
 // counters and the observers with Handler. Exemption does not apply. The
 // Store gets ctx's values but not its cancellation or deadline: the store's
 // own timeout bounds the call, so a caller that gives up never gets the
@@ -287,15 +282,15 @@ func (l *Limiter) AllowAs(r *http.Request, policy string, key KeyFunc, n int) De
 // read as addresses.
 func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decision {
 	l.mustBeBuilt()
-	ps, err := l.lookupPolicy(policy)
 	if k := l.namedKey(key); k != "" {
 		key = k // a network of several clients is no client's: taken as it is
 	}
-	k, keyErr := l.stringKey(key, nil)
+	c := Call{Policy: policy, Cost: n}
+	c.Key, c.Err = keyOrUnkeyed(key, nil)
 	var d Decision
-	l.charge(ctx, ps, k, n, join(err, keyErr), &d)
+	_, k := l.decide(ctx, &c, nil, true, &d)
 	d.Key = k.s
-	l.observe(nil, d)
+	l.observe(ctx, d)
 	return d
 }
 
@@ -411,9 +406,9 @@ func (l *Limiter) namedKey(key string) string {
 	return key
 }
 
-// observe tells the observers about d.
-func (l *Limiter) observe(r *http.Request, d Decision) {
+// observe tells the observers about d, decided in ctx.
+func (l *Limiter) observe(ctx context.Context, d Decision) {
 	for _, f := range l.observers {
-		f(r, d)
+		f(ctx, d)
 	}
 }

@@ -1,6 +1,7 @@
 package addrlimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -24,7 +25,7 @@ type config struct {
 	token     *InternalToken
 	denied    http.Handler
 	maxKeys   int
-	observers []func(*http.Request, Decision)
+	observers []func(context.Context, Decision)
 	dryRun    bool
 	store     Store
 	headers   HeaderStyle
@@ -156,7 +157,7 @@ func WithCost(f func(r *http.Request) int) Option {
 // panics is not refunded either. The
 // ResponseWriter the handler gets keeps http.Flusher, http.Hijacker and
 // io.ReaderFrom working and supports http.ResponseController through Unwrap.
-// Allow, AllowAs and AllowKey never refund on their own; see Limiter.Refund.
+// Allow, Decide and AllowKey never refund on their own; see Limiter.Refund.
 func WithRefund(f func(status int) bool) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -244,9 +245,11 @@ func WithMaxKeys(n int) Option {
 // included: synchronously, once per request, before the response is written.
 // Observers run in the order they were added; each call of WithObserver adds
 // one. f is called concurrently and should be quick (log or count, no I/O on
-// the request path); see LogObserver for a rate-limited logger. For
-// decisions of AllowKey, which has no request, f gets a nil *http.Request.
-func WithObserver(f func(*http.Request, Decision)) Option {
+// the request path); see LogObserver for a rate-limited logger. f gets the
+// context of the decision (the request's, or the one given to Decide or
+// AllowKey: a trace span, say) and the Decision, whose Route names what was
+// called; never the request or its credentials.
+func WithObserver(f func(context.Context, Decision)) Option {
 	return func(c *config) error {
 		if f == nil {
 			return errors.New("addrlimit: WithObserver given a nil function")

@@ -62,7 +62,7 @@ func (d *Decision) overBurst() bool {
 // then do not serve it (in gin, c.Abort()). r is the request being answered
 // (a WithDeniedHandler handler gets it).
 //
-// d must be a decision of this Limiter (Allow, AllowAs or AllowKey). One of
+// d must be a decision of this Limiter (Allow, Decide or AllowKey). One of
 // a policy the Limiter does not have gets no quota fields, and if denied,
 // the refusal of an unknown quota (503 with Retry-After: 1, or 413 for
 // ErrCostOverBurst): it is still refused. A Decision with no outcome (the
@@ -84,6 +84,26 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 		}
 	}
 	return l.write(w, r, ps, &d)
+}
+
+// QuotaFields calls set with the lower-case name and the value of each
+// quota field Handler sends for d (RateLimit-Policy and RateLimit, or the
+// X-RateLimit fields, as WithHeaders says), rendered by the code that
+// writes them on HTTP responses: for transports that carry them elsewhere,
+// such as gRPC metadata (grpclimit's WithQuotaMetadata). For a Limited
+// decision too they describe the bucket (RateLimit's t is its wait for one
+// token); Retry-After, the request's own wait, is not among them. set is
+// not called for an Exempt decision, an unknown quota (Limit 0), a policy
+// this Limiter does not have, or under HeaderNone.
+func (l *Limiter) QuotaFields(d Decision, set func(name, value string)) {
+	l.mustBeBuilt()
+	ps := l.byName[d.Policy]
+	if ps == nil || d.Outcome != Allowed && d.Outcome != Limited {
+		return
+	}
+	st := ps.state(&d, false)
+	st.Denied = false
+	ps.headers.Fields(st, set)
 }
 
 // refuse writes the response of a denied request: the WithDeniedHandler
