@@ -5,52 +5,38 @@ import (
 	"net/netip"
 )
 
-// Call describes one call to Decide, whatever carries it: who makes it,
-// under which policy and key, at what cost, and what observers see. Handler
-// and Allow describe an HTTP request by the Limiter's HTTP rules (the
-// PolicySelector, the KeyFunc, WithCost); an adapter of another protocol,
-// such as the grpclimit module, describes a call by its own. Nothing in a
-// Call skips the limit: bad or missing parts are charged to a fallback and
-// reported in Decision.Err.
+// Call describes a call to Decide, whatever carries it. Handler and Allow
+// describe an HTTP request by the Limiter's HTTP rules (PolicySelector,
+// KeyFunc, WithCost); grpclimit describes a gRPC call by its own. Nothing in
+// a Call skips the limit: what is missing or wrong is charged to a fallback
+// and reported in Decision.Err.
 type Call struct {
-	// Addr is the client's address: the peer of the connection, or the
-	// client that trusted proxies name (TrustedProxies.ClientAddrFrom).
-	// The call is charged to AddrKey(Addr) unless Key is set; with neither,
-	// to UnkeyedKey, reported as ErrNoClientAddress.
+	// Addr is the client's address, keyed by AddrKey. With neither Addr nor
+	// Key the call is charged to UnkeyedKey (ErrNoClientAddress).
 	Addr netip.Addr
-	// Key, when not empty, is the bucket's key instead of Addr's, named as
-	// for AllowKey (an address in any notation names its client's bucket).
+	// Key, if set, is the bucket's key instead, named as for AllowKey.
 	Key string
-	// Authorization holds the call's Authorization values as presented
-	// (every header line, or gRPC's "authorization" metadata), in order. A
-	// call with exactly one value "Bearer <secret>" of the Limiter's
-	// InternalToken is exempt, as on HTTP. The values are neither kept nor
-	// logged nor shown to observers.
+	// Authorization holds the call's Authorization values as presented, in
+	// order: one "Bearer <secret>" of WithInternalToken exempts the call.
+	// They are never kept, logged or shown to observers.
 	Authorization []string
-	// Policy names the policy ("" for the default one). An unknown name is
-	// charged to the default policy and reported as ErrUnknownPolicy.
+	// Policy ("" for the default one) and Cost (0 means 1) fall back as
+	// AllowKey's do.
 	Policy string
-	// Cost is the tokens the call costs; 0 means 1. A negative cost is
-	// charged as 1 (ErrInvalidCost); one above the burst is refused and
-	// charges nothing (ErrCostOverBurst).
-	Cost int
-	// Route names what was called, for observers and logs (Decision.Route):
-	// an HTTP route or path, a gRPC full method, a command.
+	Cost   int
+	// Route names what was called, for observers (Decision.Route).
 	Route string
-	// Err is a problem met while describing the call that does not stop it,
-	// such as the warning of TrustedProxies.ClientAddrFrom about a malformed
-	// proxy header: reported in Decision.Err.
+	// Err is a warning met while describing the call (such as
+	// TrustedProxies.ClientAddrFrom's), reported in Decision.Err.
 	Err error
 }
 
-// Decide decides c, charges it and tells the observers, as Allow does for an
-// HTTP request: the exemption of WithInternalToken (on c.Authorization; the
-// HTTP rule WithExempt does not apply), the policy, the key, the store and
-// its failure policy, WithDryRun, the counters. It writes nothing: a Denied
-// decision is the caller's to refuse, with Decision.RetryAfter as the wait,
-// and QuotaFields renders the quota fields Handler would send. ctx reaches
-// the Store and the observers; its cancellation does not (the store's own
-// timeout bounds the call). Decision.Key is always set.
+// Decide decides c on the path of Handler (the internal token on
+// c.Authorization, the policy, the key, the store and its failure policy,
+// WithDryRun, the counters; not WithExempt, an HTTP rule) and tells the
+// observers, with ctx, whose cancellation does not reach the Store. It
+// writes nothing: refuse a Denied decision yourself, and send QuotaFields
+// where your protocol carries them. Decision.Key is always set.
 func (l *Limiter) Decide(ctx context.Context, c Call) Decision {
 	l.mustBeBuilt()
 	if c.Cost == 0 {

@@ -37,21 +37,17 @@ func (o Outcome) String() string {
 // decision every other field but Route is zero.
 type Decision struct {
 	Outcome Outcome
-	// Route names what was called (Call.Route): an HTTP request's URL path
-	// (never its query), a gRPC call's full method. Clients choose paths
-	// (and, on a server with an unknown-service handler, methods): do not
-	// use them as metric labels unbounded.
+	// Route is Call.Route: an HTTP request's URL path, a gRPC call's full
+	// method. Clients choose it: it is no bounded metric label.
 	Route string
 	// Policy names the policy that decided.
 	Policy string
 	// Key is the bucket the request was charged to (UnkeyedKey when it had
 	// none). Treat it as personal data: it is usually a client address.
-	// Handler fills it in only when something reads it (an observer, a
-	// WithDeniedHandler handler, WithDecisionInContext); Allow, Decide and
-	// AllowKey always do.
+	// Handler fills it in only for an observer, a WithDeniedHandler
+	// handler or WithDecisionInContext; the other methods always do.
 	Key string
-	// Cost is the number of tokens the request costs (1 unless WithCost,
-	// the Call or AllowKey say otherwise).
+	// Cost is the number of tokens the request cost.
 	Cost int
 	// Limit is the bucket's capacity, its burst (the name follows the
 	// RateLimit and X-RateLimit-Limit fields, which advertise it), or 0 when
@@ -75,9 +71,8 @@ type Decision struct {
 	// internal token has retired (see InternalToken.WithRetired): one of your
 	// own services still uses an old secret. Nobody else can produce it.
 	RetiredToken bool
-	// Credentialed is set when the request carried Authorization values but
-	// was not exempt: a wrong, forged or retired token, or credentials of
-	// another kind. Anyone can send them.
+	// Credentialed: the request carried Authorization values but was not
+	// exempt (anyone can send them).
 	Credentialed bool
 	// Err says why the key, the cost, the policy or the store was not what it
 	// should be (see ErrNoClientAddress and its siblings), for observers and

@@ -24,16 +24,13 @@ import (
 // most 1,001 lines of the first kind and 101 of the second. Every logged
 // string is cut to at most 256 bytes.
 //
-// Each line has the attributes policy, key, route (Decision.Route: an HTTP
-// request's URL path, never the query; a gRPC call's full method; empty for
-// AllowKey), outcome, mode ("enforced" or "dry_run"), cost, remaining, retry_after
+// Each line has the attributes policy, key, route (Decision.Route), outcome, mode ("enforced" or "dry_run"), cost, remaining, retry_after
 // (rounded up to whole seconds), credentialed (the request carried an
 // Authorization header but was not exempt: a hint anyone can trigger),
 // retired_token (it carried a retired internal secret: one of your services,
 // for sure), suppressed, degraded (only when Decision.Degraded is set) and
-// error (only when there is one). It never logs header values, so tokens
-// never reach the log. Lines are logged with the decision's context, so a
-// handler that reads trace IDs from it finds them.
+// error (only when there is one), with the decision's context. It never
+// logs header values, so tokens never reach the log.
 //
 // Levels and messages: a limited request with a retired secret is logged at
 // ERROR, one with other credentials at WARN, the other limited ones at INFO

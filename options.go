@@ -242,13 +242,10 @@ func WithMaxKeys(n int) Option {
 }
 
 // WithObserver adds a function that is told every decision, exempt ones
-// included: synchronously, once per request, before the response is written.
-// Observers run in the order they were added; each call of WithObserver adds
-// one. f is called concurrently and should be quick (log or count, no I/O on
-// the request path); see LogObserver for a rate-limited logger. f gets the
-// context of the decision (the request's, or the one given to Decide or
-// AllowKey: a trace span, say) and the Decision, whose Route names what was
-// called; never the request or its credentials.
+// included, with its context (the request's, or Decide's and AllowKey's
+// ctx): synchronously, before the response is written, in the order the
+// observers were added. f is called concurrently and should be quick (log
+// or count, no I/O); see LogObserver for a rate-limited logger.
 func WithObserver(f func(context.Context, Decision)) Option {
 	return func(c *config) error {
 		if f == nil {
