@@ -36,7 +36,7 @@ type Call struct {
 // WithDryRun, the counters; not WithExempt, an HTTP rule) and tells the
 // observers, with ctx, whose cancellation does not reach the Store. It
 // writes nothing: refuse a Denied decision yourself, and send QuotaFields
-// where your protocol carries them. Decision.Key is always set.
+// where your protocol carries them. A counted decision's Key is always set.
 func (l *Limiter) Decide(ctx context.Context, c Call) Decision {
 	l.mustBeBuilt()
 	if c.Cost == 0 {
