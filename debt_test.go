@@ -3,6 +3,7 @@ package addrlimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -14,12 +15,15 @@ import (
 )
 
 // debtStore is the in-memory store behind a switch: down, every call fails.
-// It records the debts it was told of.
+// It records the debts it was told of, and runs whileDown (if set) inside
+// each call that fails, as a request of another goroutine would.
 type debtStore struct {
 	addrlimit.Store
-	mu    sync.Mutex
-	down  bool
-	debts []int
+	mu        sync.Mutex
+	down      bool
+	debts     []int
+	byKey     map[string]int
+	whileDown func()
 }
 
 var errDebtStoreDown = errors.New("debtstore: down")
@@ -36,21 +40,42 @@ func (s *debtStore) isDown() bool {
 	return s.down
 }
 
+func (s *debtStore) fail() error {
+	if !s.isDown() {
+		return nil
+	}
+	if s.whileDown != nil {
+		s.whileDown()
+	}
+	return errDebtStoreDown
+}
+
 func (s *debtStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
-	if s.isDown() {
-		return addrlimit.Result{}, errDebtStoreDown
+	if err := s.fail(); err != nil {
+		return addrlimit.Result{}, err
 	}
 	return s.Store.Take(ctx, key, p, n)
 }
 
 func (s *debtStore) TakeWithDebt(ctx context.Context, key string, p addrlimit.Policy, n, debt int) (addrlimit.Result, error) {
-	if s.isDown() {
-		return addrlimit.Result{}, errDebtStoreDown
+	if err := s.fail(); err != nil {
+		return addrlimit.Result{}, err
 	}
 	s.mu.Lock()
 	s.debts = append(s.debts, debt)
+	if s.byKey == nil {
+		s.byKey = map[string]int{}
+	}
+	s.byKey[key] += debt
 	s.mu.Unlock()
 	return s.Store.Take(ctx, key, p, n) // the figures are not under test here
+}
+
+// toldBy returns the debts key paid in all.
+func (s *debtStore) toldBy(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byKey[key]
 }
 
 func (s *debtStore) told() []int {
@@ -174,4 +199,85 @@ func TestADebtExpiresOneRefillAfterItsChargeThroughFailedPayments(t *testing.T) 
 			t.Fatalf("debts told %v: a debt older than a full refill was paid", got)
 		}
 	})
+}
+
+// floodReq is a request from the i-th address of a flood, one of 2^24.
+func floodReq(i int) *http.Request {
+	return req(fmt.Sprintf("10.%d.%d.%d:1", i>>16&0xff, i>>8&0xff, i&0xff))
+}
+
+// A flood of other addresses during an outage, more than the debt record
+// holds, each owing two tokens, does not keep a client's debt out of it:
+// the client's first token takes the place of one of theirs, and its debt
+// then outweighs them. (Before: the full record refused the client, which
+// owed nothing.)
+func TestAFloodOfOtherAddressesKeepsADebt(t *testing.T) {
+	s := &debtStore{Store: addrlimit.NewTestMemoryStore(1 << 16)}
+	lim := mustNew(t, 300, time.Minute, addrlimit.WithStore(s))
+	victim := req("192.0.2.1:1")
+	s.setDown(true)
+	for i := range 16_400 { // two tokens each: more than the client's first
+		lim.Allow(floodReq(i))
+		lim.Allow(floodReq(i))
+	}
+	for range 300 {
+		if d := lim.Allow(victim); d.Outcome != addrlimit.Allowed || !d.Degraded {
+			t.Fatalf("decision %+v, want allowed by the local fallback", d)
+		}
+	}
+	for i := range 16_400 { // more of them after the client
+		lim.Allow(floodReq(16_400 + i))
+	}
+	s.setDown(false)
+	lim.Allow(victim)
+	if got := s.toldBy("192.0.2.1"); got != 300 {
+		t.Fatalf("the client paid %d of the 300 tokens the fallback allowed it", got)
+	}
+}
+
+// A flood of other addresses that lands while a client's payment fails
+// does not take its debt's place: the debt stays in the record, and is paid
+// in full once the store answers. (Before: the failed payment took the debt
+// out and put it back, and the flood had filled the room meanwhile: the
+// client paid nothing.)
+func TestAFailedPaymentKeepsItsDebtThroughAFlood(t *testing.T) {
+	s := &debtStore{Store: addrlimit.NewTestMemoryStore(1 << 16)}
+	lim := mustNew(t, 300, time.Minute, addrlimit.WithStore(s))
+	victim := req("192.0.2.1:1")
+	s.setDown(true)
+	owed := 0
+	allow := func() {
+		if d := lim.Allow(victim); d.Outcome == addrlimit.Allowed {
+			owed++
+		}
+	}
+	for range 300 {
+		allow()
+	}
+	next := 0
+	for range addrlimit.MaxDebtKeys - 1 { // the record is full
+		lim.Allow(floodReq(next))
+		next++
+	}
+	flooding := false
+	s.whileDown = func() { // during each failed call, two more addresses
+		if flooding {
+			return
+		}
+		flooding = true
+		for range 2 {
+			lim.Allow(floodReq(next))
+			next++
+		}
+		flooding = false
+	}
+	for range 100 {
+		allow() // its payment fails, and the flood lands meanwhile
+	}
+	s.whileDown = nil
+	s.setDown(false)
+	lim.Allow(victim)
+	if got := s.toldBy("192.0.2.1"); got != owed {
+		t.Fatalf("the client paid %d of the %d tokens the fallback allowed it, want all", got, owed)
+	}
 }

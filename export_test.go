@@ -10,3 +10,6 @@ func NewTestMemoryStore(maxKeys int) Store { return newMemStore(maxKeys) }
 func NewTestFailover(remote Store, p FailurePolicy, maxKeys int) Store {
 	return newFailover(remote, p, newMemStore(maxKeys))
 }
+
+// MaxDebtKeys is how many keys a policy's debt record holds.
+const MaxDebtKeys = maxDebtKeys

@@ -73,21 +73,18 @@ func (ps *policyState) count(allowed bool) {
 }
 
 // remoteTake is remote's Take of n tokens for key, paying key's debt with
-// it when remote is a DebtStore. A failed call keeps the debt, dated as it
-// was.
+// it when remote is a DebtStore. A failed call leaves the debt in its place
+// in the record, for a later Take.
 func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, n int) (Result, error) {
 	if f.debts == nil {
 		return f.remote.Take(ctx, key, ps.Policy, n)
 	}
-	tau := ps.tau()
-	owed, at := ps.debts.take(key, f.local.now(), tau)
+	e, owed := ps.debts.take(key, f.local.now(), ps.tau())
 	if owed == 0 {
 		return f.remote.Take(ctx, key, ps.Policy, n)
 	}
 	res, err := f.debts.TakeWithDebt(ctx, key, ps.Policy, n, owed)
-	if err != nil {
-		ps.debts.add(key, owed, at, tau, ps.Burst) // its age kept: it expires one refill after its charge
-	}
+	ps.debts.settle(e, owed, err == nil)
 	return res, err
 }
 

@@ -224,9 +224,10 @@ func heapInUse() uint64 {
 }
 
 // Issue 11, target 4 (scaled): heap growth under a flood of 20x the cap is at
-// most 128 bytes per key of capacity; the full-size figure (2,000,000
-// addresses at WithMaxKeys(100_000)) is BenchmarkFloodHeap in the
-// benchmarks module. And a limiter that has seen 10 clients holds nothing
+// most 264 bytes per key of capacity (252 measured with rows of 64 cells
+// per key since issue 24; it was 128 with rows of 28); the full-size figure
+// (2,000,000 addresses at WithMaxKeys(100_000)) is BenchmarkFloodHeap in
+// the benchmarks module. And a limiter that has seen 10 clients holds nothing
 // that grows with its cap.
 func TestFloodHeapGrowth(t *testing.T) {
 	const maxKeys, flood = 20_000, 400_000
@@ -241,7 +242,7 @@ func TestFloodHeapGrowth(t *testing.T) {
 	grown := float64(heapInUse()) - float64(before)
 	st := f.lim.Stats()
 	t.Logf("heap grew %.0f B for %d addresses at WithMaxKeys(%d): %.1f B per key of capacity; %+v", grown, flood, maxKeys, grown/maxKeys, st)
-	assert.LessOrEqual(t, grown/maxKeys, 128.0)
+	assert.LessOrEqual(t, grown/maxKeys, 264.0)
 	assert.Equal(t, maxKeys, st.Keys)
 	runtime.KeepAlive(f)
 
@@ -256,7 +257,7 @@ func TestFloodHeapGrowth(t *testing.T) {
 		return after - before
 	}
 	// The only difference allowed is the shard array: 8 shards at 1000 keys,
-	// 256 (16 KB) from 16,384 keys up.
+	// 256 (24 KB) from 16,384 keys up.
 	capped, huge := small(1000), small(100_000_000)
 	t.Logf("a limiter with 10 clients: %d B at WithMaxKeys(1000), %d B at WithMaxKeys(1e8)", capped, huge)
 	assert.InDelta(t, float64(capped), float64(huge), 32<<10, "up-front allocation grows with the cap")
@@ -291,13 +292,19 @@ func TestDefaultMaxKeysMemory(t *testing.T) {
 // customer is the i-th address of 192.0.2.0/24.
 func customer(i int) netip.Addr { return netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}) }
 
-// Issue 18, item 9: a Reset holds while the flood that evicted the key goes
-// on. 20 customers drained their buckets and were evicted by an attacker
+// resetDuringFlood plays issue 18's item 9, with holders (issue 24, item 6):
+// 20 customers drained their buckets and were evicted by an attacker
 // draining 1,000 fresh addresses a second (WithMaxKeys(1000), 10/min);
 // support resets them; then each sends one request a second for 10s, within
-// its burst, while the flood continues: at least 95% of the 200 are served
-// (41-69 were when a reset bucket, full, was the first to be evicted).
-func TestFloodResetHoldsDuringFlood(t *testing.T) {
+// its burst, while the flood continues. Before the flood, each of holders
+// addresses made inFlight requests that succeed but stay in flight (the
+// attacker reads them slowly) and drained the rest of its bucket with
+// failing requests; the successes complete, and are refunded (as
+// WithRefund(func(s int) bool { return s < 400 }) does), right after the
+// Resets, when the flood has evicted every holder. It returns how many of
+// the customers' 200 requests were served.
+func resetDuringFlood(t *testing.T, holders, inFlight int) int {
+	var served int
 	synctest.Test(t, func(t *testing.T) {
 		const customers, perSecond = 20, 1000
 		f := newFlooder(t, 10, time.Minute, addrlimit.WithMaxKeys(1000))
@@ -312,6 +319,15 @@ func TestFloodResetHoldsDuringFlood(t *testing.T) {
 			}
 			time.Sleep(time.Second)
 		}
+		var slow []addrlimit.Decision
+		for i := range holders {
+			for range inFlight {
+				d := f.allow(holder(i))
+				require.Equal(t, addrlimit.Allowed, d.Outcome)
+				slow = append(slow, d)
+			}
+			f.drain(holder(i))
+		}
 		for i := range customers {
 			f.drain(customer(i))
 		}
@@ -323,7 +339,9 @@ func TestFloodResetHoldsDuringFlood(t *testing.T) {
 			require.Equal(t, addrlimit.Limited, f.allow(customer(i)).Outcome, "customer %d not limited before the reset", i)
 			require.NoError(t, f.lim.Reset(ctx, "", addrlimit.AddrKey(customer(i))))
 		}
-		served := 0
+		for _, d := range slow {
+			f.lim.Refund(ctx, d)
+		}
 		for range 10 {
 			floodOneSecond(func(i int) {
 				if f.allow(customer(i)).Outcome == addrlimit.Allowed {
@@ -331,29 +349,74 @@ func TestFloodResetHoldsDuringFlood(t *testing.T) {
 				}
 			})
 		}
-		t.Logf("%d/%d requests of reset customers served during the flood; %+v", served, 10*customers, f.lim.Stats())
-		assert.GreaterOrEqual(t, served, 10*customers*95/100)
+		t.Logf("%d holders, %d in flight each: %d/%d requests of reset customers served during the flood; %+v", holders, inFlight, served, 10*customers, f.lim.Stats())
 	})
+	return served
 }
 
+// holder is the i-th address of 172.16.0.0/12.
+func holder(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{172, 16 + byte(i>>16&15), byte(i >> 8), byte(i)})
+}
+
+// Issue 18, item 9: a Reset holds while the flood that evicted the key goes
+// on: at least 95% of the 200 requests are served (41-69 were when a reset
+// bucket, full, was the first to be evicted).
+func TestFloodResetHoldsDuringFlood(t *testing.T) {
+	assert.GreaterOrEqual(t, resetDuringFlood(t, 0, 0), 200*95/100)
+}
+
+// Issue 24, item 6: late refunds do not pin the table. A refund that lands
+// on an evicted holder gives it a bucket fuller than the approximate memory
+// says; such buckets were protected from eviction as a Reset one is, so
+// 1,000-2,000 of them filled the table and the reset customers were evicted
+// instead: 40-73 of 200 served with one success in flight per holder,
+// 86-192 with ten (a full bucket each once refunded; 4 runs). Target: at
+// least 190.
+func TestFloodLateRefundsDoNotDefeatReset(t *testing.T) {
+	for _, holders := range []int{1000, 2000} {
+		for _, inFlight := range []int{1, 10} {
+			assert.GreaterOrEqual(t, resetDuringFlood(t, holders, inFlight), 190, "%d holders, %d in flight each", holders, inFlight)
+		}
+	}
+}
+
+// newcomers is what 1,000 newcomers got after a flood: the percentage
+// served (their one request allowed), the tokens each had on arrival, on
+// average, and the percentage that had at least five (a page load).
+type newcomers struct{ served, tokens, page float64 }
+
 // floodThenNewcomers floods a fresh limiter (WithMaxKeys(1000), limit per
-// minute) with x*1000 addresses that each send one request or drain their
-// bucket, within one refill time, and returns the percentage of 1,000
-// newcomers served.
-func floodThenNewcomers(t *testing.T, limit, x int, drained bool) float64 {
-	var served int
+// minute) with x*1000 addresses that each send spend requests (limit or
+// more: drain the bucket), within one refill time, and reports what 1,000
+// newcomers then get.
+func floodThenNewcomers(t *testing.T, limit, x, spend int) newcomers {
+	var got newcomers
 	synctest.Test(t, func(t *testing.T) {
 		f := newFlooder(t, limit, time.Minute, addrlimit.WithMaxKeys(1000))
 		for i := range x * 1000 {
-			if drained {
+			if spend >= limit {
 				f.drain(attacker(i))
-			} else {
+				continue
+			}
+			for range spend {
 				f.allow(attacker(i))
 			}
 		}
-		served = f.serveNewcomers(1000, false, 0)
+		for i := range 1000 {
+			d := f.allow(newcomer(i))
+			if d.Outcome != addrlimit.Allowed {
+				continue
+			}
+			tokens := d.Remaining + 1
+			got.served += 0.1
+			got.tokens += float64(tokens) / 1000
+			if tokens >= 5 {
+				got.page += 0.1
+			}
+		}
 	})
-	return float64(served) / 10
+	return got
 }
 
 // Issue 18, item 8: floods of one request per address no longer cascade.
@@ -363,29 +426,98 @@ func floodThenNewcomers(t *testing.T, limit, x int, drained bool) float64 {
 // at 128x (10/min). Target: at least 99% up to 128x at burst 5.
 func TestFloodSingleRequestsDoNotCascade(t *testing.T) {
 	for _, c := range []struct{ limit, x int }{{5, 1}, {5, 4}, {5, 16}, {5, 32}, {5, 64}, {5, 128}, {10, 128}} {
-		served := floodThenNewcomers(t, c.limit, c.x, false)
-		t.Logf("%d/min, %dx the cap, one request each: %.1f%% of newcomers served", c.limit, c.x, served)
+		got := floodThenNewcomers(t, c.limit, c.x, 1)
+		served := got.served
+		t.Logf("%d/min, %dx the cap, one request each: %.1f%% of newcomers served, %.2f tokens on average, %.1f%% with 5", c.limit, c.x, served, got.tokens, got.page)
 		assert.GreaterOrEqual(t, served, 99.0, "%d/min, %dx the cap", c.limit, c.x)
+		if c.limit == 5 && c.x == 128 {
+			// Issue 24, item 7: 2.1 tokens with rows of 28 cells per key.
+			assert.GreaterOrEqual(t, got.tokens, 3.3, "tokens of newcomers at %dx", c.x)
+		}
 	}
 }
 
 // Issue 18, item 8: after floods of drained addresses, a newcomer is limited
 // when its 3 cells all collide with drained keys: x times the cap in rows
-// of 28 cells per key of capacity gives (1-exp(-x/28))^3. Served: within 3
-// points of that, and at least as often as with the previous sketch of 4
-// rows of 4 (100/99.7/92/58/18/4% at 1-32x); at least 90% at 8x.
+// of 64 cells per key of capacity gives (1-exp(-x/64))^3. Served: within 3
+// points of that, and at least as often as with the previous sketch of 3
+// rows of 28 (100/100/99.8/98.4/92.4/70.0% at 1-32x, the lowest of five
+// runs); at least 90% at 8x.
 func TestFloodDrainedCurve(t *testing.T) {
 	for _, c := range []struct {
 		x   int
 		was float64
-	}{{1, 100}, {2, 99.7}, {4, 92}, {8, 58}, {16, 18}, {32, 4}} {
-		served := floodThenNewcomers(t, 5, c.x, true)
-		formula := 100 * (1 - math.Pow(1-math.Exp(-float64(c.x)/28), 3))
+	}{{1, 100}, {2, 100}, {4, 99.8}, {8, 98.4}, {16, 92.4}, {32, 70.0}} {
+		served := floodThenNewcomers(t, 5, c.x, 5).served
+		formula := 100 * (1 - math.Pow(1-math.Exp(-float64(c.x)/64), 3))
 		t.Logf("5/min, %dx the cap, drained: %.1f%% of newcomers served (formula %.1f%%, was %.1f%%)", c.x, served, formula, c.was)
 		assert.GreaterOrEqual(t, served, formula-3, "%dx the cap", c.x)
 		assert.GreaterOrEqual(t, served, min(c.was, 99.5), "%dx the cap", c.x)
 		if c.x == 8 {
 			assert.GreaterOrEqual(t, served, 90.0)
 		}
+	}
+}
+
+// Issue 24, item 7: floods of two requests per address compound as single
+// requests did before issue 18: 26-28% of newcomers were served at 128x the
+// cap, with 0.7 tokens on average, 91% at 64x (5/min). Target: at least
+// 90% at 128x (measured: 94.7-95.5%, 3.0-3.1 tokens).
+func TestFloodTwoRequestsDoNotCascade(t *testing.T) {
+	for _, x := range []int{32, 64, 128} {
+		got := floodThenNewcomers(t, 5, x, 2)
+		t.Logf("5/min, %dx the cap, two requests each: %.1f%% of newcomers served, %.2f tokens on average, %.1f%% with 5", x, got.served, got.tokens, got.page)
+		assert.GreaterOrEqual(t, got.served, 90.0, "%dx the cap", x)
+		assert.GreaterOrEqual(t, got.tokens, 2.5, "tokens of newcomers at %dx", x)
+	}
+}
+
+// lightClient plays issue 24's item 8: a client of a 300/min limiter
+// (WithMaxKeys(1000)) sends perSecond requests a second, evenly spaced, for
+// a minute while flood fresh addresses a second drain their buckets, spread
+// over each second in ticks of 10ms, after 5s of that flood alone to fill
+// the table. It returns the fewest tokens the client had left after a
+// request of its last 30 seconds.
+func lightClient(t *testing.T, perSecond, flood int) int {
+	least := math.MaxInt
+	synctest.Test(t, func(t *testing.T) {
+		const limit, ticks = 300, 100
+		f := newFlooder(t, limit, time.Minute, addrlimit.WithMaxKeys(1000))
+		client, next := customer(1), 0
+		ctx := t.Context()
+		tick := func() {
+			for range flood / ticks {
+				d := f.lim.AllowKey(ctx, "", addrlimit.AddrKey(attacker(next)), limit)
+				require.False(t, d.Degraded)
+				next++
+			}
+			time.Sleep(time.Second / ticks)
+		}
+		for range 5 * ticks {
+			tick()
+		}
+		for i := range 60 * ticks {
+			if i%(ticks/perSecond) == 0 {
+				d := f.allow(client)
+				require.Equal(t, addrlimit.Allowed, d.Outcome, "tick %d", i)
+				if i >= 30*ticks {
+					least = min(least, d.Remaining)
+				}
+			}
+			tick()
+		}
+		t.Logf("%d requests/s while %d drained addresses/s flood: at least %d of %d tokens left; %+v", perSecond, flood, least, limit, f.lim.Stats())
+	})
+	return least
+}
+
+// Issue 24, item 8: a light client is not worn down by rounding. It was the
+// fullest bucket of every sample, so it was evicted between its own
+// requests, and each return rounded its state up to a whole tau/64 (4.7
+// tokens): it kept 19-31 of 300 tokens at 2-4 requests a second while 200
+// drained addresses a second flooded, 3 at 1,000. Target: at least 200.
+func TestFloodLightClientKeepsItsTokens(t *testing.T) {
+	for _, c := range []struct{ perSecond, flood int }{{2, 200}, {4, 200}, {4, 1000}} {
+		assert.GreaterOrEqual(t, lightClient(t, c.perSecond, c.flood), 200, "%d requests/s, %d drained addresses/s", c.perSecond, c.flood)
 	}
 }

@@ -135,6 +135,9 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		inContext: c.decisionInContext,
 	}
 	mem := newMemStore(c.maxKeys)
+	if c.clock != nil {
+		mem.clock, mem.epoch = c.clock, c.clock()
+	}
 	l.store = mem
 	if c.store != nil {
 		l.store = newFailover(c.store, c.failure, mem)

@@ -72,6 +72,7 @@ type answer struct {
 type memStore struct {
 	seed    maphash.Seed
 	epoch   time.Time
+	clock   func() time.Time // WithClock's; nil: time.Since, the default path
 	maxKeys int
 
 	mu    sync.Mutex
@@ -82,8 +83,16 @@ func newMemStore(maxKeys int) *memStore {
 	return &memStore{seed: maphash.MakeSeed(), epoch: time.Now(), maxKeys: maxKeys, lanes: map[Policy]*policyState{}}
 }
 
-// now is the store's clock: nanoseconds since it was made.
-func (m *memStore) now() int64 { return int64(time.Since(m.epoch)) }
+// now is the store's clock: nanoseconds since it was made, read from
+// WithClock's clock if one was given. A reading earlier than one a table
+// shard has seen counts as that one (bucket.Table keeps each shard's latest
+// time), so a clock that goes back never refills a bucket.
+func (m *memStore) now() int64 {
+	if m.clock != nil {
+		return int64(m.clock().Sub(m.epoch))
+	}
+	return int64(time.Since(m.epoch))
+}
 
 // lane returns the state of policy p, with an empty table if p is new.
 // Policies reach it validated: by New, or by the Store contract.

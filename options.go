@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
@@ -31,6 +32,7 @@ type config struct {
 	headers   HeaderStyle
 	failure   FailurePolicy
 	failSet   bool // WithStoreFailure was given
+	clock     func() time.Time
 
 	decisionInContext bool
 }
@@ -378,6 +380,33 @@ func WithStoreFailure(p FailurePolicy) Option {
 			return fmt.Errorf("addrlimit: unknown failure policy %d", p)
 		}
 		c.failure, c.failSet = p, true
+		return nil
+	}
+}
+
+// WithClock sets the clock the Limiter's in-memory buckets read, instead of
+// the system's: to decide in virtual time (replaying an access log, as
+// cmd/addrlimit-replay does) or under a fake clock in tests. now is read once
+// when New builds the Limiter (the buckets' epoch) and then once per
+// decision, Peek, Reset and refund, concurrently; it must be safe for
+// concurrent use and should not go back. A reading earlier than the latest
+// one the buckets have seen counts as that latest one, so a clock that goes back
+// never refills a bucket: buckets stand still until it passes the latest
+// reading again. Readings before the first one count as the first, and
+// readings are kept as a time.Duration since it, so they must stay within
+// about 290 years of it.
+//
+// It governs the buckets of the default in-memory store and the local
+// buckets of FailLocal; a Store given to WithStore keeps its own clock (the
+// Redis store uses the server's), and LogObserver's one-line-per-interval
+// suppression reads the system clock. Without WithClock, a decision reads
+// the monotonic clock (time.Since).
+func WithClock(now func() time.Time) Option {
+	return func(c *config) error {
+		if now == nil {
+			return errors.New("addrlimit: WithClock given a nil function")
+		}
+		c.clock = now
 		return nil
 	}
 }

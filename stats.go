@@ -49,9 +49,11 @@ type PolicyStats struct {
 	Keys             int
 }
 
-// Stats returns the counters. It is safe to call concurrently with requests,
-// costs a pass over the tables, and suits expvar.Func or a metrics collector
-// that reads it at scrape time.
+// Stats returns the counters. It is safe to call concurrently with requests
+// and suits expvar.Func or a metrics collector that reads it at scrape time:
+// it briefly locks each shard of each policy's table (256 at the default
+// cap) and scans nothing, as the approximate memory counts its live cells
+// as it is written (README, "Memory", gives its cost during a flood).
 func (l *Limiter) Stats() Stats {
 	l.mustBeBuilt()
 	s := Stats{

@@ -186,7 +186,7 @@ func heapAlloc() uint64 {
 }
 
 // BenchmarkFloodHeap: heap growth while 2,000,000 addresses send one request
-// each through WithMaxKeys(100_000), 5/min (target <= 128 B per max key).
+// each through WithMaxKeys(100_000), 5/min (target <= 232 B per max key).
 func BenchmarkFloodHeap(b *testing.B) {
 	const maxKeys, n = 100_000, 2_000_000
 	perKey := 0.0

@@ -34,8 +34,9 @@
 // addrlimit_requests_total over every label counts every request the limiter
 // saw.
 //
-// Alerts worth setting on these series are in the README section
-// "Metrics: Prometheus and OpenTelemetry side by side".
+// Alerting rules on these series (tested with promtool) and a Grafana
+// dashboard are in the module's alerts directory; the README section
+// "Metrics: Prometheus and OpenTelemetry side by side" explains them.
 package promcollector
 
 import (

@@ -134,6 +134,7 @@ func (p *flapProxy) flap(half time.Duration, stop <-chan struct{}) {
 type flapRun struct {
 	flapAllowed, allAllowed, local int64   // allowed while flapping, in all, locally
 	flap, settle                   float64 // seconds
+	flooded, floodedLocal          int64   // other addresses' requests while flapping, in all and decided locally
 }
 
 const flapBurst, flapRate = 400, 200.0 // tokens, tokens per second
@@ -154,7 +155,9 @@ func (r flapRun) net() float64 {
 // through one flapping proxy to one Redis) for flap, Redis unreachable
 // every other 100 ms, then for settle with Redis reachable, under a policy
 // of 200/s in bursts of 400, from one client, and counts what was allowed.
-func runFlapping(t *testing.T, flap, settle time.Duration) flapRun {
+// With flood, each instance also serves requests from other addresses while
+// flapping, each address new (sendFlood).
+func runFlapping(t *testing.T, flap, settle time.Duration, flood bool) flapRun {
 	srv := startServer(t)
 	px := newFlapProxy(t, srv.addr())
 	prefix := redisstore.WithKeyPrefix(testPrefix(t))
@@ -174,11 +177,17 @@ func runFlapping(t *testing.T, flap, settle time.Duration) flapRun {
 		}
 		fleet = append(fleet, lim)
 	}
-	var allowed, local atomic.Int64
+	var allowed, local, flooded, floodedLocal atomic.Int64
 	stopFlap, stop := make(chan struct{}), make(chan struct{})
 	var wg, flapper sync.WaitGroup
 	start := time.Now()
 	flapper.Go(func() { px.flap(100*time.Millisecond, stopFlap) })
+	for g := range 2 {
+		if !flood {
+			break
+		}
+		flapper.Go(func() { sendFlood(fleet[g], 2, g, stopFlap, &flooded, &floodedLocal) })
+	}
 	for g := range 8 {
 		wg.Go(func() {
 			lim := fleet[g%2]
@@ -203,7 +212,7 @@ func runFlapping(t *testing.T, flap, settle time.Duration) flapRun {
 	time.Sleep(flap) // the durations are what is measured
 	close(stopFlap)
 	flapper.Wait()
-	run := flapRun{flapAllowed: allowed.Load(), flap: time.Since(start).Seconds()}
+	run := flapRun{flapAllowed: allowed.Load(), flap: time.Since(start).Seconds(), flooded: flooded.Load(), floodedLocal: floodedLocal.Load()}
 	mid := time.Now()
 	time.Sleep(settle)
 	close(stop)
@@ -231,9 +240,26 @@ func (p *flapProxy) client(t testing.TB) *redis.Client {
 // period alone shows the debt still owed at its end. The bound leaves room
 // for a loaded machine, where more decisions fall to the fallback.
 func TestFlappingRedisKeepsTheBudget(t *testing.T) {
-	r := runFlapping(t, 4*time.Second, 2500*time.Millisecond)
+	r := runFlapping(t, 4*time.Second, 2500*time.Millisecond, false)
 	t.Logf("flapping %.1f s: allowed %d (%d by the fallback), %.2f× the budget; with %.1f s of settling: %.2f× once the debt is repaid",
 		r.flap, r.flapAllowed, r.local, r.raw(), r.settle, r.net())
+	if r.local == 0 {
+		t.Fatal("no decision fell to the local fallback: Redis never looked down")
+	}
+	if got := r.net(); got > 1.2 {
+		t.Fatalf("the client got %.2f× its budget across two instances, want at most 1.2×", got)
+	}
+}
+
+// The same with a flood: each instance also serves as many requests from
+// other addresses as it can, each new, so that the debts of the addresses
+// its fallback lets through fill its debt record (16,384 keys) within a
+// refill time (2 s), after which they expire. The client's debts keep their
+// place (before: the full records refused them).
+func TestFlappingRedisKeepsTheBudgetThroughAFlood(t *testing.T) {
+	r := runFlapping(t, 4*time.Second, 2500*time.Millisecond, true)
+	t.Logf("flapping %.1f s with %d other requests (%.0f/s per instance, %d decided by the fallbacks): the client was allowed %d (%d by the fallback), %.2f× the budget; with %.1f s of settling: %.2f× once the debt is repaid",
+		r.flap, r.flooded, float64(r.flooded)/r.flap/2, r.floodedLocal, r.flapAllowed, r.local, r.raw(), r.settle, r.net())
 	if r.local == 0 {
 		t.Fatal("no decision fell to the local fallback: Redis never looked down")
 	}

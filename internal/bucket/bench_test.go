@@ -78,3 +78,39 @@ func BenchmarkTakeReturningAbuser(b *testing.B) {
 		tab.Take(ks[i], 1, 1)
 	}
 }
+
+// BenchmarkStatsDuringFlood: Stats of a table at 1<<20 keys (the root
+// package's DefaultMaxKeys) full and evicting, while another goroutine
+// floods it with new keys (issue 24, item 9: 27-45ms when it scanned a
+// sketch row per shard; target <= 1ms).
+func BenchmarkStatsDuringFlood(b *testing.B) {
+	p := mustPolicy(b, 5, 12*time.Second)
+	tab := NewTable(p, 1<<20)
+	rng := rand.New(rand.NewPCG(3, 3))
+	now := int64(0)
+	for range 2 << 20 {
+		now += 100
+		tab.Take(rng.Uint64(), now, 1)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(4, 4))
+		for t := now; ; {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			t += 100
+			tab.Take(rng.Uint64(), t, 1)
+		}
+	})
+	for b.Loop() {
+		if tab.Stats().ApproxKeys == 0 {
+			b.Fatal("no approximate memory")
+		}
+	}
+	close(stop)
+	wg.Wait()
+}

@@ -11,16 +11,25 @@ import (
 // churn, unlike a Go map, which grows to twice its size when keys are
 // replaced continuously. It grows by doubling from 8 slots up to
 // maxKeys*5/4 slots (16 bytes each: 20 bytes per key of capacity at most)
-// and never shrinks. A slot with h == 0 is empty; callers never use key 0.
+// and never shrinks. A slot with h == 0 is empty. Keys have bit 0 clear and
+// are never 0: bit 0 of a slot's h is its pin mark (see pin), so a key is
+// h &^ pinBit.
 type exact struct {
 	slots []slot
 	n     int // occupied slots
+	pins  int // occupied slots with the pin mark
 }
 
 type slot struct {
 	h   uint64
 	tat int64
 }
+
+// pinBit marks a pinned slot in its h.
+const pinBit = 1
+
+func (s slot) key() uint64    { return s.h &^ pinBit }
+func (s slot) isPinned() bool { return s.h&pinBit != 0 }
 
 const minSlots = 8
 
@@ -44,7 +53,7 @@ func (e *exact) find(h uint64) (int, bool) {
 	}
 	i := e.home(h)
 	for {
-		switch e.slots[i].h {
+		switch e.slots[i].key() {
 		case h:
 			return i, true
 		case 0:
@@ -82,7 +91,7 @@ func (e *exact) grow(size int) {
 	e.slots = make([]slot, size)
 	for _, s := range old {
 		if s.h != 0 {
-			i, _ := e.find(s.h)
+			i, _ := e.find(s.key())
 			e.slots[i] = s
 		}
 	}
@@ -96,6 +105,9 @@ func (e *exact) remove(h uint64) {
 		return
 	}
 	e.n--
+	if e.slots[i].isPinned() {
+		e.pins--
+	}
 	for j := i; ; {
 		if j++; j == len(e.slots) {
 			j = 0
@@ -105,7 +117,7 @@ func (e *exact) remove(h uint64) {
 		}
 		// The entry at j may move to the hole at i unless its home lies
 		// cyclically in (i, j].
-		k := e.home(e.slots[j].h)
+		k := e.home(e.slots[j].key())
 		if i <= j && (k <= i || k > j) || i > j && k <= i && k > j {
 			e.slots[i] = e.slots[j]
 			i = j
@@ -114,16 +126,30 @@ func (e *exact) remove(h uint64) {
 	e.slots[i] = slot{}
 }
 
+// pin sets or clears the pin mark of h's slot, if h is present.
+func (e *exact) pin(h uint64, on bool) {
+	i, ok := e.find(h)
+	if !ok || e.slots[i].isPinned() == on {
+		return
+	}
+	e.slots[i].h ^= pinBit
+	if on {
+		e.pins++
+	} else {
+		e.pins--
+	}
+}
+
 // sample calls f for up to n occupied slots, consecutive from a random
 // position, until f returns false.
-func (e *exact) sample(n int, f func(h uint64, tat int64) bool) {
+func (e *exact) sample(n int, f func(s slot) bool) {
 	if e.n == 0 {
 		return
 	}
 	i := rand.IntN(len(e.slots))
 	for range len(e.slots) {
 		if s := e.slots[i]; s.h != 0 {
-			if !f(s.h, s.tat) {
+			if !f(s) {
 				return
 			}
 			if n--; n == 0 {

@@ -15,9 +15,14 @@ import "slices"
 // Cells are single bytes, so that a key of capacity gets many of them
 // (sketchRows x sketchWidthPerKey): what keeps newcomers from colliding
 // with a flood in every row is the number of cells per flooding key, and a
-// flood of keys that each spend a token compounds through collisions (a
-// newcomer inherits its cells' minimum, spends, and is merged back one token
-// later) unless most newcomers find a free cell. A cell counts units of
+// flood of keys that each spend a token or two compounds through
+// collisions (a newcomer inherits its cells' minimum, spends, and is merged
+// back that much later) unless most newcomers find a cell of their own: no
+// update rule avoids this, as the cells must bound every key that was
+// merged, so only the number of cells per flooding key does. At 64 cells
+// per row per key of capacity, a flood of 128 times the capacity leaves two
+// keys per cell, where keys of two requests each still leave 95% of
+// newcomers at least one token (28 cells left 30%). A cell counts units of
 // tau/64 (rounded up to whole nanoseconds) of the shard's time line, modulo
 // 256; 0 means free. Times are rounded UP to a unit when merged, so
 // rounding too only ever limits more (by less than burst/64 tokens per
@@ -47,13 +52,22 @@ type sketch struct {
 	// merged, in units: at or after maxTAT every cell is free.
 	lastMerge int64
 	maxTAT    int64
+	// The first row's live cells, counted as merges write them so that
+	// Stats and eviction need not scan the row: byValue[v] counts its cells
+	// holding value v for a time after countedTo (units), and live is their
+	// sum. Passing a unit zeroes its count (expire). Every cell counted
+	// holds a time within window of countedTo, so a count never mixes
+	// times 256 units apart.
+	byValue   [256]int32
+	live      int
+	countedTo int64
 }
 
 const (
 	sketchRows = 3
 	// sketchWidthPerKey is the width of a row per key of shard capacity:
-	// sketchRows x sketchWidthPerKey bytes per key.
-	sketchWidthPerKey = 28
+	// sketchRows x sketchWidthPerKey bytes per key (README, "Memory").
+	sketchWidthPerKey = 64
 	minSketchWidth    = 32
 	// unitsPerTau fixes the resolution: a unit is tau/64, so rounding costs
 	// a returning key less than burst/64 tokens.
@@ -117,7 +131,7 @@ func newSketch(c sketchClock, shardCap int, now int64) *sketch {
 	for i := range scrubs {
 		scrubs[i] = nu
 	}
-	return &sketch{cells: cells, width: uint64(w), scrubs: scrubs, lastMerge: nu, maxTAT: nu}
+	return &sketch{cells: cells, width: uint64(w), scrubs: scrubs, lastMerge: nu, maxTAT: nu, countedTo: nu}
 }
 
 // slots returns the index of h's cell in each row. h is a keyed hash already;
@@ -182,19 +196,52 @@ func (sk *sketch) estimate(c sketchClock, h uint64, now int64) int64 {
 func (sk *sketch) merge(c sketchClock, h uint64, tat, now int64) {
 	nu := floorDiv(now, c.unit)
 	sk.lastMerge = max(sk.lastMerge, nu)
+	sk.expire(nu)
 	tu := ceilDiv(tat, c.unit)
 	v := uint8(tu)
 	if v == 0 {
 		v, tu = 1, tu+1 // 0 means free: one unit later is still conservative
 	}
-	for _, slot := range sk.slots(h) {
+	for r, slot := range sk.slots(h) {
 		sk.scrub(c, slot>>blockBits, nu)
 		old, ok := c.live(sk.cells[slot], nu)
-		if !ok || old < tu {
-			sk.cells[slot] = v
+		if ok && old >= tu {
+			continue
+		}
+		sk.cells[slot] = v
+		if r == 0 {
+			if ok {
+				sk.byValue[uint8(old)]--
+				sk.live--
+			}
+			sk.byValue[v]++
+			sk.live++
 		}
 	}
 	sk.maxTAT = max(sk.maxTAT, tu)
+}
+
+// expire drops from the first row's count the cells whose time has passed
+// at nu (units), which never goes back.
+func (sk *sketch) expire(nu int64) {
+	if nu-sk.countedTo >= int64(len(sk.byValue)) {
+		clear(sk.byValue[:])
+		sk.live = 0
+		sk.countedTo = nu
+		return
+	}
+	for ; sk.countedTo < nu; sk.countedTo++ {
+		v := uint8(sk.countedTo + 1)
+		sk.live -= int(sk.byValue[v])
+		sk.byValue[v] = 0
+	}
+}
+
+// liveFraction returns the fraction of the first row's cells that are live
+// at now, which is at least the time of the last merge.
+func (sk *sketch) liveFraction(c sketchClock, now int64) float64 {
+	sk.expire(floorDiv(now, c.unit))
+	return float64(sk.live) / float64(sk.width)
 }
 
 // scrub prepares block b for a merge at nu: unless it was scrubbed less than
@@ -224,17 +271,18 @@ func (sk *sketch) idle(c sketchClock, now int64) bool {
 	return nu >= sk.maxTAT && nu-sk.lastMerge >= idleUnits
 }
 
-// fill returns how many cells of the first row are live at now, and the
-// row's width.
+// fill returns how many cells of the first row are live at now, which is
+// at least the time of the last merge, and the row's width. It sums the
+// counts of the window's values (see byValue): those hold times after
+// countedTo, and none of them in (countedTo, now] once now is before
+// maxTAT, as every time counted lies within window of countedTo.
 func (sk *sketch) fill(c sketchClock, now int64) (live, width int) {
 	nu := floorDiv(now, c.unit)
 	if nu >= sk.maxTAT {
 		return 0, int(sk.width)
 	}
-	for i := range int(sk.width) {
-		if _, ok := sk.cell(c, i, nu); ok {
-			live++
-		}
+	for u := nu + 1; u <= nu+int64(c.window); u++ {
+		live += int(sk.byValue[uint8(u)])
 	}
 	return live, int(sk.width)
 }

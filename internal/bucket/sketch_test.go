@@ -53,14 +53,28 @@ func (m *sketchModel) merge(h uint64, tat, now int64) {
 	m.truth[h] = tat
 }
 
-// check asserts at now: every cell reads as its exact copy (live with the
-// same time, or free), however often the 8-bit clock wrapped; no nonzero
-// cell of a block read as current is old enough to be misread; and no key's
-// estimate is earlier than its state.
+// check asserts at now (the time of the last merge or later): every cell
+// reads as its exact copy (live with the same time, or free), however often
+// the 8-bit clock wrapped; no nonzero cell of a block read as current is old
+// enough to be misread; the first row's count of live cells (for Stats and
+// eviction) is that of a scan; and no key's estimate is earlier than its
+// state.
 func (m *sketchModel) check(now int64) {
 	m.t.Helper()
 	if m.sk != nil {
 		nu := floorDiv(now, m.clock.unit)
+		live := 0
+		for i := range int(m.sk.width) {
+			if _, ok := m.sk.cell(m.clock, i, nu); ok {
+				live++
+			}
+		}
+		if got, _ := m.sk.fill(m.clock, now); got != live {
+			m.t.Fatalf("at %d: fill counts %d live cells, a scan %d", nu, got, live)
+		}
+		if got := m.sk.liveFraction(m.clock, now) * float64(m.sk.width); int(got) != live {
+			m.t.Fatalf("at %d: live fraction counts %v cells, a scan %d", nu, got, live)
+		}
 		maxAge := int64(256 - int(m.clock.window))
 		for i, v := range m.sk.cells {
 			got, live := m.sk.cell(m.clock, i, nu)
@@ -259,9 +273,7 @@ func TestTableNeverFullerThanTruth(t *testing.T) {
 
 // holdsExactly reports whether the table keeps h in its exact table.
 func (t *Table) holdsExactly(h uint64) bool {
-	if h == 0 {
-		h = 1
-	}
+	h = key(h)
 	s := t.shard(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -35,8 +35,11 @@ const (
 //     evicting a key, or rotating keys through the table, gives nothing
 //     back. The price is over-limiting: a new key whose estimate collides
 //     with drained keys is limited too.
-//   - Reset, Refund and Mirror hold: a bucket that the estimate would make
-//     emptier is evicted only when every bucket sampled for eviction is such.
+//   - Eviction costs clients little: at the cap a new key evicts, of a
+//     sample, the bucket whose eviction may cost its client least (a
+//     drained one first, a light client that refills between its requests
+//     last), and during a flood Reset pins its bucket until its client
+//     leaves it full (at most an eighth of a shard: see Reset).
 //   - Bounded memory, whatever the number of keys: at most maxKeys exact
 //     buckets, plus, for each shard that has evicted, an approximate memory
 //     of fixed size (proportional to the shard's capacity) that is released
@@ -90,13 +93,20 @@ func NewTable(policy Policy, maxKeys int) *Table {
 
 func (t *Table) shard(h uint64) *shard { return &t.shards[(h^h>>32)&t.mask] }
 
-// lock locks h's shard and records now for Stats. It returns h, or 1 for
-// h == 0, which marks empty slots (keys 0 and 1 share a bucket: a collision,
-// which limits more, never less).
-func (t *Table) lock(h uint64, now int64) (*shard, uint64, int64) {
-	if h == 0 {
-		h = 1
+// key returns hash h as the exact table keys it: shifted left, as bit 0 is
+// the slot's pin mark, and 2 for what would be 0, which marks empty slots
+// (so hashes 0 and 1 share a bucket, as do h and h^1<<63: collisions, which
+// limit more, never less).
+func key(h uint64) uint64 {
+	if h <<= 1; h == 0 {
+		return 2
 	}
+	return h
+}
+
+// lock locks h's shard and records now for Stats. It returns key(h).
+func (t *Table) lock(h uint64, now int64) (*shard, uint64, int64) {
+	h = key(h)
 	s := t.shard(h)
 	s.mu.Lock()
 	if now > s.now {
@@ -173,13 +183,32 @@ func (t *Table) read(tat, now int64) (allowed bool, remaining int, wait, full ti
 }
 
 // Reset makes the bucket of hash h full at now, even if the approximate
-// memory would limit h: the full bucket is then kept exactly.
+// memory would limit h. While that memory holds a live time, the full
+// bucket is kept exactly (else a flood could later fill h's cells, and h
+// would start from them), and pinned if the shard has fewer than maxPins
+// pinned buckets: a pinned bucket is evicted only when every sampled bucket
+// is pinned, and stays pinned until it has been full for a refill interval
+// and the memory would not limit h more than its bucket does (see
+// keepsPin). Refund and Mirror pin nothing: their callers include every
+// client, and a bound shared with them would let a client take the pins
+// of Resets.
 func (t *Table) Reset(h uint64, now int64) {
 	s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
 	_, ok := s.ex.get(h)
-	s.set(t, h, now, now, ok)
+	if s.sk == nil || s.sk.liveFraction(t.clock, now) == 0 {
+		s.set(t, h, now, now, ok)
+		return
+	}
+	s.put(t, h, now, now, ok)
+	if s.ex.pins < maxPins(int(s.max)) {
+		s.ex.pin(h, true)
+	}
 }
+
+// maxPins is how many Reset buckets a shard of capacity shardCap pins: an
+// eighth of it (at least one), so that pins never crowd out the table.
+func maxPins(shardCap int) int { return max(1, shardCap/8) }
 
 // Mirror records the state a remote store reported at now for the bucket of
 // hash h: full again after resetAfter, clamped to [0, 2*Burst*Interval] (a
@@ -237,10 +266,10 @@ func (s *shard) put(t *Table, h uint64, tat, now int64, exists bool) {
 }
 
 // makeRoom prepares the shard to admit one new key. Below the cap it sweeps
-// a few buckets; at the cap it drops the free buckets of a sample, or else
-// evicts the fullest sampled bucket that the approximate memory would not
-// make emptier than it is (see held), into that memory. Only when every
-// sampled bucket is held so is the fullest of them evicted.
+// a few buckets. At the cap it samples evictionSample buckets and drops the
+// free ones that have been full for a whole refill time; failing any, it
+// removes the one whose eviction costs least (see cost), into the
+// approximate memory unless it is free.
 func (s *shard) makeRoom(t *Table, now int64) {
 	if s.sk != nil && s.sk.idle(t.clock, now) {
 		s.sk = nil // every cell free and unused for 16 refill times
@@ -253,77 +282,133 @@ func (s *shard) makeRoom(t *Table, now int64) {
 		}
 		return
 	}
-	// Drop the free buckets of the sample, after the scan (removing shifts
-	// entries); failing any, evict the best candidate.
-	var free [evictionSample]uint64
-	var cand [evictionSample]slot
-	nFree, nCand := 0, 0
-	s.ex.sample(evictionSample, func(h uint64, tat int64) bool {
-		if tat <= now && s.free(t, h, tat, now) {
-			free[nFree] = h
-			nFree++
+	// Drop after the scan (removing shifts entries).
+	var idle [evictionSample]uint64
+	var cand [evictionSample]candidate
+	nIdle, nCand := 0, 0
+	s.ex.sample(evictionSample, func(sl slot) bool {
+		c := candidate{slot: sl}
+		if sl.tat <= now {
+			c.est = s.estimate(t, sl.key(), now)
+		}
+		if c.est <= now && now-sl.tat >= t.policy.tau {
+			idle[nIdle] = sl.key()
+			nIdle++
 		} else {
-			cand[nCand] = slot{h, tat}
+			cand[nCand] = c
 			nCand++
 		}
 		return true
 	})
-	if nFree > 0 {
-		for _, h := range free[:nFree] {
+	if nIdle > 0 {
+		for _, h := range idle[:nIdle] {
 			s.ex.remove(h)
 		}
 		return
 	}
-	victim := s.victim(t, cand[:nCand], now)
-	s.ex.remove(victim.h)
+	v := s.victim(t, cand[:nCand], now)
+	s.ex.remove(v.key())
+	if v.tat <= now && v.est <= now {
+		return // free
+	}
 	s.evictions++
-	if victim.tat > now {
+	if v.tat > now {
 		if s.sk == nil {
 			s.sk = newSketch(t.clock, int(s.max), now)
 		}
 		// A mirrored debt beyond empty is not kept: the sketch reads times
 		// up to about one refill ahead (see sketch).
-		s.sk.merge(t.clock, victim.h, min(victim.tat, now+t.policy.tau), now)
+		s.sk.merge(t.clock, v.key(), min(v.tat, now+t.policy.tau), now)
 	}
 }
 
-// victim returns the fullest of cand (not empty) that is not held, or the
-// fullest of all if every one is. It reorders cand.
-func (s *shard) victim(t *Table, cand []slot, now int64) slot {
+// candidate is a sampled bucket, with the approximate memory's estimate
+// for its key when the bucket is full (tat <= now).
+type candidate struct {
+	slot
+	est int64
+}
+
+// cost is what evicting c at now may cost its client, in nanoseconds of
+// its bucket's time: lower is cheaper; ties go to the later state (the
+// emptier bucket, or the one full the longest). A key out of the exact
+// table starts from its sketch estimate, the earliest of its cells, which
+// other keys may have pushed as late as now + tau (and rounding up to a
+// unit). So:
+//   - a full bucket whose estimate says full (free: dropped, not merged)
+//     loses its tokens only if all its cells turn live before it returns:
+//     f3 (the chance that a key's cells are all live, from the first row's
+//     fill) times tau less the time it has been full (a client gone
+//     longer is less likely to return);
+//   - a full bucket whose estimate is later loses the difference, for
+//     certain;
+//   - a bucket that has spent tokens loses the rounding, up to a unit,
+//     and with chance f3 what it holds: nothing when drained.
+//
+// So a drained bucket is the cheapest, and a light client, which refills
+// between its requests, the dearest, however often a flood samples it.
+func (c candidate) cost(t *Table, now int64, f3 float64) int64 {
+	switch {
+	case c.tat <= now && c.est <= now:
+		return int64(f3 * float64(t.policy.tau-min(now-c.tat, t.policy.tau)))
+	case c.tat <= now:
+		return c.est - now
+	}
+	return t.clock.unit + int64(f3*float64(now+t.policy.tau-c.tat))
+}
+
+// keepsPin reports whether the pinned bucket sl stays pinned at now: until
+// its client has left it full for a refill interval and the approximate
+// memory would not make it emptier, evicting it could undo the Reset.
+func (s *shard) keepsPin(t *Table, sl slot, now int64) bool {
+	return sl.tat > now-t.policy.interval || s.held(t, sl.key(), sl.tat, now)
+}
+
+// victim returns the cheapest of cand to evict (see cost): among unpinned
+// buckets not in debt, else among those in debt (least debt first), else
+// among all. A pinned bucket that no longer keeps its pin is unpinned.
+func (s *shard) victim(t *Table, cand []candidate, now int64) candidate {
+	f3 := 0.0
+	if s.sk != nil {
+		f := s.sk.liveFraction(t.clock, now)
+		f3 = f * f * f
+	}
+	best, bestTier, bestCost := 0, 3, int64(0)
 	for i := range cand {
-		// Selection sort, lazily: candidates are checked fullest first,
-		// and the first is nearly always the victim.
-		m := i
-		for j := i + 1; j < len(cand); j++ {
-			if cand[j].tat < cand[m].tat {
-				m = j
-			}
+		c := &cand[i]
+		if c.isPinned() && !s.keepsPin(t, c.slot, now) {
+			s.ex.pin(c.key(), false)
+			c.h = c.key()
 		}
-		cand[i], cand[m] = cand[m], cand[i]
-		if !s.held(t, cand[i].h, cand[i].tat, now) {
-			return cand[i]
+		tier, cost := 0, c.cost(t, now, f3)
+		switch {
+		case c.isPinned():
+			tier = 2
+		case c.tat > now+t.policy.tau:
+			tier, cost = 1, c.tat
+		}
+		if tier < bestTier || tier == bestTier && (cost < bestCost || cost == bestCost && c.tat > cand[best].tat) {
+			best, bestTier, bestCost = i, tier, cost
 		}
 	}
-	return cand[0]
+	return cand[best]
 }
 
 // held reports whether the approximate memory would give h, in state tat,
-// a later state than its own: a bucket set by Reset, Refund or Mirror, or
-// one whose cells other keys have pushed later since it entered. Evicting
-// it would limit its client more than it has spent: such buckets are
-// evicted last, so that a Reset holds while the flood that evicted the key
-// goes on.
+// a later state than its own (rounding aside): evicting it would limit its
+// client more than it has spent.
 func (s *shard) held(t *Table, h uint64, tat, now int64) bool {
 	return s.estimate(t, h, now) > ceilDiv(max(tat, now), t.clock.unit)*t.clock.unit
 }
 
-// sweep drops the free buckets among sweepSample random ones.
+// sweep drops the free buckets among sweepSample random ones, but not
+// those that keep a pin.
 func (s *shard) sweep(t *Table, now int64) {
 	var free [sweepSample]uint64
 	nFree := 0
-	s.ex.sample(sweepSample, func(h uint64, tat int64) bool {
-		if s.free(t, h, tat, now) {
-			free[nFree] = h
+	s.ex.sample(sweepSample, func(sl slot) bool {
+		if s.free(t, sl.key(), sl.tat, now) && !(sl.isPinned() && s.keepsPin(t, sl, now)) {
+			free[nFree] = sl.key()
 			nFree++
 		}
 		return true
@@ -341,15 +426,19 @@ type TableStats struct {
 	// table to make room (their state went to the approximate memory).
 	Evictions uint64
 	// ApproxKeys estimates how many keys have a live state in the approximate
-	// memory (linear counting over one row of each sketch); ApproxFill is the
-	// fraction of those rows' cells that hold a live time, 0 without sketch.
+	// memory (linear counting over the first row of each sketch); ApproxFill
+	// is the fraction of those rows' cells that hold a live time, 0 without
+	// sketch.
 	ApproxKeys int
 	ApproxFill float64
 }
 
 // Stats returns the table's counters. It locks each shard in turn (twice)
-// and reads one row of each shard's sketch (28 cells per key of capacity),
-// judging liveness at the latest time any shard has seen.
+// and sums, for each shard that has a sketch, the counts of its first row's
+// live cells by time (at most window of them, kept as merges write the
+// cells), judging liveness at the latest time any shard has seen. Its cost
+// does not grow with the table's cap beyond the number of shards (at most
+// 256).
 func (t *Table) Stats() TableStats {
 	var st TableStats
 	now := int64(math.MinInt64)
