@@ -7,9 +7,9 @@ import (
 
 // Call describes a call to Decide, whatever carries it. Handler and Allow
 // describe an HTTP request by the Limiter's HTTP rules (PolicySelector,
-// KeyFunc, WithCost); grpclimit describes a gRPC call by its own. Nothing in
-// a Call skips the limit: what is missing or wrong is charged to a fallback
-// and reported in Decision.Err.
+// KeyFunc, WithCost); grpclimit describes a gRPC call by its own. Only an
+// exemption skips the limit: what is missing or wrong is charged to a
+// fallback and reported in Decision.Err.
 type Call struct {
 	// Addr is the client's address, keyed by AddrKey. With neither Addr nor
 	// Key the call is charged to UnkeyedKey (ErrNoClientAddress).
@@ -17,9 +17,11 @@ type Call struct {
 	// Key, if set, is the bucket's key instead, named as for AllowKey.
 	Key string
 	// Authorization holds the call's Authorization values as presented, in
-	// order: one "Bearer <secret>" of WithInternalToken exempts the call.
-	// They are never kept, logged or shown to observers.
+	// order (never kept or observed): one "Bearer <secret>" of
+	// WithInternalToken exempts the call, as Exempt does (the adapter's
+	// WithExempt).
 	Authorization []string
+	Exempt        bool
 	// Policy ("" for the default one) and Cost (0 means 1) fall back as
 	// AllowKey's do.
 	Policy string

@@ -16,7 +16,7 @@ import (
 // and BenchmarkAllowed10k (see internal/DESIGN.md).
 func (l *Limiter) decide(ctx context.Context, c *Call, r *http.Request, str bool, d *Decision) (*policyState, bucketKey) {
 	d.Route = c.Route
-	class := l.exemption(c.Authorization, r, d)
+	class := l.exemption(c.Authorization, c.Exempt, r, d)
 	if d.Outcome == Exempt {
 		return nil, bucketKey{}
 	}
@@ -55,14 +55,14 @@ func join(a, b error) error {
 }
 
 // exemption classifies the bearer token of the Authorization values and, if
-// the call is exempt (an accepted secret, or WithExempt for an HTTP request
-// r), counts it and sets d.Outcome to Exempt.
-func (l *Limiter) exemption(authorization []string, r *http.Request, d *Decision) tokenClass {
+// the call is exempt (an accepted secret, the adapter's rule, or WithExempt
+// for an HTTP request r), counts it and sets d.Outcome to Exempt.
+func (l *Limiter) exemption(authorization []string, exempt bool, r *http.Request, d *Decision) tokenClass {
 	class := tokenNone
 	if l.token != nil {
 		class = l.token.classify(authorization)
 	}
-	if class == tokenAccepted || r != nil && l.exempt != nil && l.exempt(r) {
+	if class == tokenAccepted || exempt || r != nil && l.exempt != nil && l.exempt(r) {
 		l.exempted.Add(1)
 		d.Outcome = Exempt
 	}

@@ -18,7 +18,8 @@
 // metadata is exempt: not counted and not charged, as on the HTTP path. A
 // wrong, forged or retired token is charged like any call, and a retired one
 // is flagged (Decision.RetiredToken, Stats.RetiredTokenLimited). The
-// Limiter's WithExempt is an HTTP rule and is not consulted.
+// Limiter's WithExempt is an HTTP rule and is not consulted; WithExempt of
+// this package is its counterpart for calls.
 //
 // A call costs 1 token of the Limiter's default policy unless
 // WithMethodPolicy and WithMethodCost say otherwise for its method. A stream
@@ -56,11 +57,11 @@
 // Each call is decided by Limiter.Decide, the path of the Limiter's HTTP
 // middleware, described as an addrlimit.Call: the client address
 // (ClientAddr, with the proxy header's warning as Call.Err), the
-// "authorization" metadata values, the method's policy and cost, and the
-// full method as the route observers see (Decision.Route; LogObserver
-// logs it as route). So the exemption, the counters and every observer
-// work exactly as for HTTP, and the quota metadata is rendered by
-// Limiter.QuotaFields, the code of the HTTP fields. Deciding an allowed
+// "authorization" metadata values, WithExempt's verdict, the method's
+// policy and cost, and the full method as the route observers see
+// (Decision.Route; LogObserver logs it as route). So the exemption, the
+// counters and every observer work exactly as for HTTP, and the quota
+// metadata is rendered by Limiter.QuotaFields, the code of the HTTP fields. Deciding an allowed
 // call costs 2 allocations and 32 bytes (the authorization values' copy
 // that grpc-go's metadata API makes, and Decision.Key;
 // BenchmarkUnaryInterceptor), where a whole unary call over loopback
@@ -106,6 +107,7 @@ type config struct {
 	rules   map[string]rule // by full method, or "/pkg.Service/" for a whole service
 	proxies *addrlimit.TrustedProxies
 	proxyMD string // the proxies' header as a metadata key (lower case)
+	exempt  func(ctx context.Context, method string) bool
 	quota   bool
 }
 
@@ -196,6 +198,24 @@ func WithTrustedProxies(t *addrlimit.TrustedProxies) Option {
 			return errors.New("grpclimit: WithTrustedProxies given nil")
 		}
 		i.proxies, i.proxyMD = t, strings.ToLower(t.Header())
+		return nil
+	}
+}
+
+// WithExempt sets a predicate for calls that bypass the limit, as the
+// Limiter's WithExempt does for HTTP requests (which it is not consulted
+// for): such a call touches no bucket and is counted (Stats.Exempt) and
+// observed as Exempt, and a stream exempt when it opens is exempt for all
+// its messages. f gets the call's context and full method, and is called
+// concurrently for every call. It is a bypass: base it on what a client
+// cannot forge, such as the method (a health check) or the peer's verified
+// TLS identity (peer.FromContext(ctx).AuthInfo), never on metadata.
+func WithExempt(f func(ctx context.Context, method string) bool) Option {
+	return func(i *config) error {
+		if f == nil {
+			return errors.New("grpclimit: WithExempt given a nil function")
+		}
+		i.exempt = f
 		return nil
 	}
 }
@@ -417,13 +437,15 @@ func peerAddr(ctx context.Context) (netip.Addr, bool) {
 
 // decide has the Limiter decide cost tokens of policy for the call of
 // method in ctx: its client address (ClientAddr), its authorization
-// metadata (the internal token), and the method as the route observers see.
+// metadata (the internal token), WithExempt's verdict, and the method as
+// the route observers see.
 func (i *Interceptor) decide(ctx context.Context, method, policy string, cost int) addrlimit.Decision {
 	a, err := i.ClientAddr(ctx)
 	return i.lim.Decide(ctx, addrlimit.Call{
 		Addr:          a,
 		Err:           err,
 		Authorization: metadata.ValueFromIncomingContext(ctx, "authorization"),
+		Exempt:        i.exempt != nil && i.exempt(ctx, method),
 		Policy:        policy,
 		Cost:          cost,
 		Route:         method,

@@ -61,3 +61,31 @@ func TestLimiterWithExemptIsNotConsulted(t *testing.T) {
 		t.Fatalf("WithExempt called %d times for gRPC calls", called)
 	}
 }
+
+// grpclimit's WithExempt is the Limiter's WithExempt for calls: an exempt
+// call (here the health check, by its method) is never limited, charges
+// nothing, and is counted and observed as Exempt with its method.
+func TestWithExemptExemptsCallsByMethod(t *testing.T) {
+	lim, obs := newLimiter(t, 1, time.Hour)
+	gl, err := grpclimit.New(lim, grpclimit.WithExempt(func(_ context.Context, method string) bool {
+		return method == checkMethod
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}})
+	for n := range 5 {
+		if ran, err := callUnary(gl, ctx); !ran || err != nil {
+			t.Fatalf("exempt call %d: handler ran %v, error %v", n+1, ran, err)
+		}
+		if o := obs.last(t); o.d.Outcome != addrlimit.Exempt || o.method != checkMethod {
+			t.Fatalf("exempt call %d observed as %v for %q", n+1, o.d.Outcome, o.method)
+		}
+	}
+	if s := lim.Stats(); s.Exempt != 5 || s.Keys != 0 {
+		t.Fatalf("Stats: %d exempt, %d keys; want 5 and none", s.Exempt, s.Keys)
+	}
+	if _, err := grpclimit.New(lim, grpclimit.WithExempt(nil)); err == nil {
+		t.Fatal("WithExempt(nil) accepted")
+	}
+}
