@@ -30,14 +30,20 @@ const (
 
 // A breaker guards one Redis node. Closed, calls go to Redis and count
 // consecutive outage failures; at the threshold it opens and starts one
-// prober goroutine, which pings the node every probeEvery and closes the
-// circuit (and exits) at the first answer. Open, calls fail at once with
-// the error in open. No goroutine runs while the circuit is closed.
+// prober goroutine, which connects to the node every probeEvery, with the
+// connect timeout (opening a connection takes several round trips), and
+// closes the circuit (and exits) at the first answer, leaving the
+// connections it opened for the calls. On a Cluster, the prober of a node
+// that no longer masters any slot (a replica took over) closes the circuit
+// and exits: calls already go to the new master. Open, calls fail at once
+// with the error in open. No goroutine runs while the circuit is closed.
 type breaker struct {
-	threshold  int32
-	probeEvery time.Duration
-	timeout    time.Duration
-	ping       func(ctx context.Context) error
+	threshold      int32
+	probeEvery     time.Duration
+	connectTimeout time.Duration
+	connect        func(ctx context.Context) error // opens connections to the node
+	gone           func(ctx context.Context) bool  // Cluster: reloads the slot map, reports the node masters no slot; nil otherwise
+	idle           func(pipelined bool) bool       // the pool of the node has an idle connection; nil if unknown
 
 	failures atomic.Int32
 	open     atomic.Pointer[error] // nil while closed
@@ -76,15 +82,16 @@ func (b *breaker) record(parent context.Context, err error) {
 	}
 }
 
-// probe pings the node until it answers, then closes the circuit.
+// probe connects to the node until it answers (or, on a Cluster, until it
+// masters no slot), then closes the circuit.
 func (b *breaker) probe() {
 	t := time.NewTicker(b.probeEvery)
 	defer t.Stop()
 	for now := range t.C {
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		err := b.ping(ctx)
+		ctx, cancel := context.WithTimeout(context.Background(), b.connectTimeout)
+		done := b.gone != nil && b.gone(ctx) || b.connect(ctx) == nil
 		cancel()
-		if err == nil || now.Sub(time.Unix(0, b.lastUsed.Load())) > probeIdle {
+		if done || now.Sub(time.Unix(0, b.lastUsed.Load())) > probeIdle {
 			// In this order: the circuit can open again (and start a new
 			// prober) only once this one no longer counts as running.
 			b.probing.Store(false)

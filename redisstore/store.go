@@ -56,6 +56,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/addrlimit/addrlimit"
@@ -194,15 +195,79 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		s.batch.send = s.send
 	}
 	s.cluster, _ = client.(*redis.ClusterClient)
-	s.single = s.newBreaker(client.Ping)
+	s.single = s.newBreaker(client)
 	return s, nil
 }
 
-func (s *Store) newBreaker(ping func(context.Context) *redis.StatusCmd) *breaker {
-	return &breaker{
-		threshold: int32(s.failures), probeEvery: s.probeEvery, timeout: s.timeout,
-		ping: func(ctx context.Context) error { return ping(ctx).Err() },
+// newBreaker returns a breaker for the node that c reaches: all of Redis,
+// or one Cluster node.
+func (s *Store) newBreaker(c redis.UniversalClient) *breaker {
+	_, single := s.client.(*redis.Client)
+	b := &breaker{
+		threshold: int32(s.failures), probeEvery: s.probeEvery, connectTimeout: connectFactor * s.timeout,
+		connect: func(ctx context.Context) error { return s.connect(ctx, c, !single) },
 	}
+	if node, ok := c.(*redis.Client); ok {
+		b.idle = func(pipelined bool) bool { return hasIdle(node, pipelined) }
+	}
+	return b
+}
+
+// connectFactor × WithTimeout bounds a round trip that opens a connection,
+// and a probe: go-redis opens a connection inside the call that needs it,
+// with a TCP handshake, HELLO and CLIENT SETINFO (and TLS, if used) before
+// the command, several round trips where a call has room for about one.
+const connectFactor = 4
+
+// hasIdle reports whether c's pool holds an idle connection: the main pool,
+// or, for a pipeline, the pipeline pool (the main one if c has none).
+func hasIdle(c *redis.Client, pipelined bool) bool {
+	st := c.PoolStats()
+	if pipelined && st.PipelineStats != nil {
+		return st.PipelineStats.IdleConns > 0
+	}
+	return st.IdleConns > 0
+}
+
+// connect opens the connections that the store's round trips to c use at
+// once (maxInflight, and as many for pipelines), each with a command that
+// needs an answer; one of them loads the script. Any answer from Redis
+// (one that is not an outage) is success: the node serves.
+func (s *Store) connect(ctx context.Context, c redis.UniversalClient, pipelines bool) error {
+	n := maxInflight
+	if pipelines {
+		n *= 2
+	}
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			switch {
+			case i == 0:
+				errs <- s.script.Load(ctx, c).Err()
+			case i < maxInflight:
+				errs <- c.Ping(ctx).Err()
+			default:
+				_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+					p.Ping(ctx)
+					return nil
+				})
+				errs <- err
+			}
+		}()
+	}
+	answered, failed := false, error(nil)
+	for range n {
+		switch err := <-errs; {
+		case err == nil || !isOutage(err):
+			answered = true
+		case failed == nil:
+			failed = err
+		}
+	}
+	if answered {
+		return nil
+	}
+	return failed
 }
 
 // CheckPolicy implements addrlimit.PolicyChecker: it refuses a policy whose
@@ -339,14 +404,25 @@ func outage(calls []*call) error {
 }
 
 // roundTrip sends calls to Redis and stores each call's answer or error.
+// It is bounded by the store's timeout, or by connectFactor times that if a
+// node it needs has no idle connection: go-redis then opens one first.
 func (s *Store) roundTrip(ctx context.Context, calls []*call) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	_, single := s.client.(*redis.Client)
+	pipelined := !single && len(calls) > 1
+	timeout := s.timeout
+	for i, c := range calls {
+		if c.br.idle != nil && (i == 0 || c.br != calls[i-1].br) && !c.br.idle(pipelined) {
+			timeout = connectFactor * s.timeout
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	now := time.Now()
 	for _, c := range calls {
 		c.sent = now
 	}
-	if _, single := s.client.(*redis.Client); single || len(calls) == 1 {
+	if !pipelined {
 		s.script.run(ctx, s.client, calls)
 		return
 	}
@@ -368,8 +444,30 @@ func (s *Store) breakerFor(ctx context.Context, rkey string) *breaker {
 	if b, ok := s.breakers.Load(addr); ok {
 		return b.(*breaker)
 	}
-	b, _ := s.breakers.LoadOrStore(addr, s.newBreaker(node.Ping))
-	return b.(*breaker)
+	b := s.newBreaker(node)
+	b.gone = func(ctx context.Context) bool {
+		if !s.masterGone(ctx, addr) {
+			return false
+		}
+		s.breakers.CompareAndDelete(addr, b)
+		return true
+	}
+	actual, _ := s.breakers.LoadOrStore(addr, b)
+	return actual.(*breaker)
+}
+
+// masterGone reloads the Cluster's slot map and reports whether it has no
+// master at addr any more (a replica took over its slots). It reports
+// false when the slot map cannot be loaded.
+func (s *Store) masterGone(ctx context.Context, addr string) bool {
+	var found atomic.Bool
+	err := s.cluster.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		if m.Options().Addr == addr {
+			found.Store(true)
+		}
+		return nil
+	})
+	return err == nil && !found.Load()
 }
 
 // checkPolicy validates p and n and returns p's refill interval rounded to
