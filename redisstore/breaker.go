@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -45,10 +46,11 @@ type breaker struct {
 	gone           func(ctx context.Context) bool  // Cluster: reloads the slot map, reports the node masters no slot; nil otherwise
 	idle           func(pipelined bool) bool       // the pool of the node has an idle connection; nil if unknown
 
-	failures atomic.Int32
-	open     atomic.Pointer[error] // nil while closed
-	probing  atomic.Bool           // the prober goroutine runs
-	lastUsed atomic.Int64          // unix ns of the last call refused while open
+	failures    atomic.Int32
+	unreachable atomic.Bool           // the last failure was a failure to dial the node
+	open        atomic.Pointer[error] // nil while closed
+	probing     atomic.Bool           // the prober goroutine runs
+	lastUsed    atomic.Int64          // unix ns of the last call refused while open
 }
 
 // check returns the open circuit's error, or nil when calls may go to Redis.
@@ -70,9 +72,10 @@ func (b *breaker) record(parent context.Context, err error) {
 	case err == nil:
 		if b.failures.Load() != 0 {
 			b.failures.Store(0)
+			b.unreachable.Store(false)
 		}
 	case parent.Err() != nil || !isOutage(err):
-	case b.failures.Add(1) >= b.threshold:
+	case b.storeUnreachable(err) && b.failures.Add(1) >= b.threshold:
 		e := fmt.Errorf("%w (after %d consecutive failures, the last: %w)", ErrCircuitOpen, b.threshold, err)
 		if b.open.CompareAndSwap(nil, &e) {
 			b.lastUsed.Store(time.Now().UnixNano())
@@ -82,9 +85,30 @@ func (b *breaker) record(parent context.Context, err error) {
 	}
 }
 
+// storeUnreachable records whether err is a failure to dial the node, and
+// returns true.
+func (b *breaker) storeUnreachable(err error) bool {
+	var op *net.OpError
+	b.unreachable.Store(errors.As(err, &op) && op.Op == "dial")
+	return true
+}
+
+// mustConnect reports whether a round trip to the node would have to open a
+// connection first (no idle one in its pool), and the node was not refusing
+// connections: opening one takes go-redis several round trips, dialing one
+// that is refused takes it as long as it is given, retrying.
+func (b *breaker) mustConnect(pipelined bool) bool {
+	return b.idle != nil && !b.unreachable.Load() && !b.idle(pipelined)
+}
+
 // probe connects to the node until it answers (or, on a Cluster, until it
-// masters no slot), then closes the circuit.
+// masters no slot), then closes the circuit. The slot map is reloaded at
+// once too: a replica may have taken over before the circuit opened.
 func (b *breaker) probe() {
+	if b.gone != nil && b.tryGone() {
+		b.close()
+		return
+	}
 	t := time.NewTicker(b.probeEvery)
 	defer t.Stop()
 	for now := range t.C {
@@ -92,14 +116,27 @@ func (b *breaker) probe() {
 		done := b.gone != nil && b.gone(ctx) || b.connect(ctx) == nil
 		cancel()
 		if done || now.Sub(time.Unix(0, b.lastUsed.Load())) > probeIdle {
-			// In this order: the circuit can open again (and start a new
-			// prober) only once this one no longer counts as running.
-			b.probing.Store(false)
-			b.failures.Store(0)
-			b.open.Store(nil)
+			b.close()
 			return
 		}
 	}
+}
+
+// tryGone reports whether b.gone finds the node gone, within the connect
+// timeout.
+func (b *breaker) tryGone() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), b.connectTimeout)
+	defer cancel()
+	return b.gone(ctx)
+}
+
+// close closes the circuit; the prober calls it as it exits. In this
+// order: the circuit can open again (and start a new prober) only once this
+// one no longer counts as running.
+func (b *breaker) close() {
+	b.probing.Store(false)
+	b.failures.Store(0)
+	b.open.Store(nil)
 }
 
 // isOutage reports whether err means Redis (or the way to it) is down, as

@@ -218,9 +218,9 @@ func replicaSynced(t *testing.T, nodes []*redisServer) {
 	}
 }
 
-// replicated waits until master's replicas have acknowledged every write
-// it has made.
-func replicated(t *testing.T, master *redisServer) {
+// replicated waits until master's replica has acknowledged every write it
+// has made, and returns the replica's address.
+func replicated(t *testing.T, master *redisServer) string {
 	t.Helper()
 	c := master.client(t)
 	deadline := time.Now().Add(10 * time.Second)
@@ -230,6 +230,7 @@ func replicated(t *testing.T, master *redisServer) {
 			t.Fatal(err)
 		}
 		var offset, acked int64 = -1, -1
+		var port string
 		for line := range strings.SplitSeq(info, "\r\n") {
 			if v, ok := strings.CutPrefix(line, "master_repl_offset:"); ok {
 				offset, _ = strconv.ParseInt(v, 10, 64)
@@ -239,11 +240,14 @@ func replicated(t *testing.T, master *redisServer) {
 					if v, ok := strings.CutPrefix(field, "offset="); ok {
 						acked, _ = strconv.ParseInt(v, 10, 64)
 					}
+					if v, ok := strings.CutPrefix(field, "port="); ok {
+						port = v
+					}
 				}
 			}
 		}
-		if offset >= 0 && acked >= offset {
-			return
+		if offset >= 0 && acked >= offset && port != "" {
+			return "127.0.0.1:" + port
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the replica of %s acknowledged offset %d of %d:\n%s", master.addr(), acked, offset, info)
@@ -257,7 +261,8 @@ func replicated(t *testing.T, master *redisServer) {
 // replica is promoted within seconds, and the store must follow it. A
 // FailOpen and a FailLocal instance each ask every 5 ms for a key drained
 // before the kill, on the victim's slots, and for a key on a live master
-// (deny cache off: it would answer the drained key without Redis). Bounds: no decision of the victim's key is degraded later than 10 s
+// (deny cache off: it would answer the drained key without Redis; store
+// timeout 500 ms, far above a round trip on a loaded machine). Bounds: no decision of the victim's key is degraded later than 10 s
 // after the kill (cluster failover, then the store's next probe reloads the
 // slot map; 59.7 s before, when only ClusterStateReloadInterval did);
 // FailLocal lets nothing through (it continues from Redis's denial), FailOpen
@@ -284,7 +289,7 @@ func TestClusterMasterFailover(t *testing.T) {
 	}
 	var runs []*run
 	for _, fp := range []addrlimit.FailurePolicy{addrlimit.FailOpen, addrlimit.FailLocal} {
-		s := newStore(t, readme(), prefix, redisstore.WithDenyCache(0))
+		s := newStore(t, readme(), prefix, redisstore.WithDenyCache(0), redisstore.WithTimeout(500*time.Millisecond))
 		lim, err := addrlimit.New(5, time.Hour, addrlimit.WithStore(s), addrlimit.WithStoreFailure(fp))
 		if err != nil {
 			t.Fatal(err)
@@ -332,7 +337,7 @@ func TestClusterMasterFailover(t *testing.T) {
 	}
 	// Replication is asynchronous: a write the replica has not received is
 	// lost in a failover. The drained buckets must be on the replica.
-	replicated(t, srv)
+	replica := replicated(t, srv)
 	const window, rate, bound = 12 * time.Second, 5 * time.Millisecond, 10 * time.Second
 	type result struct {
 		lastDegraded       time.Duration // after the kill
@@ -342,7 +347,7 @@ func TestClusterMasterFailover(t *testing.T) {
 		allowedAfterReturn int
 	}
 	results := make([]result, len(runs))
-	killed := make(chan time.Time, len(runs))
+	killed := make(chan time.Time, len(runs)+1)
 	var wg sync.WaitGroup
 	for i, r := range runs {
 		wg.Go(func() {
@@ -371,12 +376,26 @@ func TestClusterMasterFailover(t *testing.T) {
 			}
 		})
 	}
+	rc := redis.NewClient(&redis.Options{Addr: replica})
+	t.Cleanup(func() { rc.Close() })
+	var promoted time.Duration
+	wg.Go(func() { // when the replica becomes a master
+		at := <-killed
+		for time.Since(at) < window {
+			if role, err := rc.Do(ctx, "ROLE").Slice(); err == nil && len(role) > 0 && role[0] == "master" {
+				promoted = time.Since(at)
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // polling for a state
+		}
+	})
 	at := time.Now()
 	srv.stop()
-	for range runs {
+	for range len(runs) + 1 {
 		killed <- at
 	}
 	wg.Wait()
+	t.Logf("replica %s promoted %.1f s after the kill", replica, promoted.Seconds())
 	for i, r := range runs {
 		res := results[i]
 		t.Logf("%s: %d decisions over %v after the kill, %d degraded, the last %.1f s after the kill; %d allowed (%d undegraded); %d of the live master's degraded",

@@ -379,3 +379,21 @@ func firstErr(ds []slowDecision) error {
 	}
 	return nil
 }
+
+// MinIdleConns defeats opening connections outside a decision's timeout:
+// go-redis dials those in the background without their handshake, which
+// then runs inside the first decision that takes one, and the pool looks
+// ready. New refuses it for every go-redis client type (it accepted it).
+func TestMinIdleConnsRefused(t *testing.T) {
+	for name, c := range map[string]redis.UniversalClient{
+		"Client":         redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MinIdleConns: 2}),
+		"ClusterClient":  redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true, MinIdleConns: 2}),
+		"FailoverClient": redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true, MinIdleConns: 2}),
+		"Ring":           redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true, MinIdleConns: 2}),
+	} {
+		t.Cleanup(func() { c.Close() })
+		if _, err := redisstore.New(c); err == nil || !strings.Contains(err.Error(), "MinIdleConns") {
+			t.Errorf("%s with MinIdleConns 2: New returned %v, want an error naming MinIdleConns", name, err)
+		}
+	}
+}

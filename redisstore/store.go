@@ -31,12 +31,17 @@
 // # Failures
 //
 // Every round trip is bounded by WithTimeout; the time a call waits for a
-// shared round trip is not, and is never a failure. A failed call returns an
-// error starting with "redisstore: ", and the Limiter's failure policy
+// shared round trip is not, and is never a failure. go-redis opens a
+// connection inside the call that needs it (TCP, HELLO, CLIENT SETINFO:
+// several round trips), so a round trip to a node with no idle connection
+// in its pool is bounded by 4 × WithTimeout instead. A failed call returns
+// an error starting with "redisstore: ", and the Limiter's failure policy
 // (addrlimit.WithStoreFailure) decides. After consecutive failed round trips
 // to a Redis node (WithBreaker), calls that need the node fail at once with
-// ErrCircuitOpen until a background probe gets an answer. No goroutine runs
-// while Redis is healthy, and nothing needs closing.
+// ErrCircuitOpen until a background probe gets an answer; on a Cluster, the
+// probe also reloads the slot map, so that calls follow a replica that took
+// over the node's slots. No goroutine runs while Redis is healthy, and
+// nothing needs closing.
 //
 // A local deny cache (WithDenyCache) denies without a round trip every Take
 // that Redis's last denial of the key proves cannot be paid yet. It forgets
@@ -54,6 +59,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -109,6 +115,10 @@ func WithKeyPrefix(p string) Option {
 // WithTimeout bounds each round trip to Redis (default 50 ms); it must be
 // positive. Set it well above a healthy round trip to your Redis. The time a
 // call waits for a shared round trip is not part of it and never a failure.
+// A round trip that must first open a connection (none is idle in the
+// go-redis pool of its node: at start, after a failure) is bounded by 4 ×
+// the timeout, and so is the breaker's probe: opening a connection takes
+// go-redis several round trips.
 func WithTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d <= 0 {
@@ -136,8 +146,12 @@ func WithDenyCache(maxKeys int) Option {
 // errors, a round trip that outlived the timeout, CLUSTERDOWN, LOADING and
 // the like; never the time a call spent queued for a batch, an error about
 // one key's value, or the caller's own context ending), and while open a
-// background probe pings the node every probeEvery. failures must be at least 1 and probeEvery at least
-// 1 ms. Defaults: 3 and 500 ms.
+// background probe connects to the node every probeEvery (with 4 × the
+// timeout, see WithTimeout) and closes the circuit at its first answer. On
+// a Cluster the probe also reloads the slot map each time, and closes the
+// circuit of a node that masters no slot any more: once a replica took over,
+// calls go to it. failures must be at least 1 and probeEvery at least 1 ms.
+// Defaults: 3 and 500 ms.
 func WithBreaker(failures int, probeEvery time.Duration) Option {
 	return func(s *Store) error {
 		if failures < 1 || failures > 1<<20 {
@@ -168,13 +182,17 @@ func WithMaxBatch(n int) Option {
 // New returns a store that keeps buckets in client. The caller owns client;
 // the store never closes it. A go-redis client must be configured with
 // ContextTimeoutEnabled: true, so that the per-call timeout bounds network
-// reads; New rejects one that is not.
+// reads, and without MinIdleConns, whose connections would open inside a
+// decision (see WithTimeout); New rejects one that is not.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
 	if !contextTimeouts(client) {
 		return nil, errors.New("redisstore: the client must have ContextTimeoutEnabled: true in its options; otherwise go-redis ignores the per-call timeout and waits for its ReadTimeout (3 s by default) when Redis hangs")
+	}
+	if n := minIdleConns(client); n > 0 {
+		return nil, fmt.Errorf("redisstore: the client must have MinIdleConns 0, got %d: go-redis opens those connections without their handshake (HELLO, CLIENT SETINFO), which then runs inside a decision's timeout, on a slow link every decision's; the store opens the connections it needs itself, with a longer timeout", n)
 	}
 	s := &Store{
 		client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, deny: newDenyCache(DefaultDenyCacheMax),
@@ -410,11 +428,8 @@ func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 	_, single := s.client.(*redis.Client)
 	pipelined := !single && len(calls) > 1
 	timeout := s.timeout
-	for i, c := range calls {
-		if c.br.idle != nil && (i == 0 || c.br != calls[i-1].br) && !c.br.idle(pipelined) {
-			timeout = connectFactor * s.timeout
-			break
-		}
+	if mustConnect(calls, pipelined) {
+		timeout *= connectFactor
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -428,6 +443,24 @@ func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 	}
 	// A Cluster's keys are in different slots, maybe on different nodes.
 	s.script.runPipelined(ctx, s.client, calls)
+}
+
+// mustConnect reports whether a node that calls go to must open a
+// connection first (see breaker.mustConnect), as far as the store can tell
+// (a *redis.Client and the nodes of a *redis.ClusterClient).
+func mustConnect(calls []*call, pipelined bool) bool {
+	var buf [4]*breaker
+	checked := buf[:0]
+	for _, c := range calls {
+		if slices.Contains(checked, c.br) {
+			continue
+		}
+		if c.br.mustConnect(pipelined) {
+			return true
+		}
+		checked = append(checked, c.br)
+	}
+	return false
 }
 
 // breakerFor returns the breaker of the node that holds rkey: the one
@@ -506,6 +539,20 @@ func contextTimeouts(c redis.UniversalClient) bool {
 		return c.Options().ContextTimeoutEnabled
 	}
 	return true
+}
+
+// minIdleConns returns a go-redis client's MinIdleConns (0 for other
+// UniversalClient implementations).
+func minIdleConns(c redis.UniversalClient) int {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().MinIdleConns
+	case *redis.ClusterClient:
+		return c.Options().MinIdleConns
+	case *redis.Ring:
+		return c.Options().MinIdleConns
+	}
+	return 0
 }
 
 // RedisKey returns the Redis key that holds key's bucket under p.
