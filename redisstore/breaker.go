@@ -44,10 +44,11 @@ type breaker struct {
 	connectTimeout time.Duration
 	connect        func(ctx context.Context) error // opens connections to the node
 	gone           func(ctx context.Context) bool  // Cluster: reloads the slot map, reports the node masters no slot; nil otherwise
-	idle           func(pipelined bool) bool       // the pool of the node has an idle connection; nil if unknown
+	idle           func(pipelined bool) int        // idle connections in the node's pool; nil if unknown
 
 	failures    atomic.Int32
 	unreachable atomic.Bool           // the last failure was a failure to dial the node
+	roundTrips  atomic.Int32          // round trips to the node in flight (mustConnect to their end)
 	open        atomic.Pointer[error] // nil while closed
 	probing     atomic.Bool           // the prober goroutine runs
 	lastUsed    atomic.Int64          // unix ns of the last call refused while open
@@ -93,12 +94,16 @@ func (b *breaker) storeUnreachable(err error) bool {
 	return true
 }
 
-// mustConnect reports whether a round trip to the node would have to open a
-// connection first (no idle one in its pool), and the node was not refusing
-// connections: opening one takes go-redis several round trips, dialing one
-// that is refused takes it as long as it is given, retrying.
+// mustConnect counts one more round trip to the node in flight (the caller
+// counts it off at its end) and reports whether it may have to open a
+// connection first, and the node was not refusing connections: opening one
+// takes go-redis several round trips, dialing one that is refused takes it
+// as long as it is given, retrying. A round trip may have to when the pool
+// holds fewer idle connections than round trips are in flight: those that
+// have not taken theirs yet, unknown, are counted as still to take one.
 func (b *breaker) mustConnect(pipelined bool) bool {
-	return b.idle != nil && !b.unreachable.Load() && !b.idle(pipelined)
+	n := b.roundTrips.Add(1)
+	return b.idle != nil && !b.unreachable.Load() && b.idle(pipelined) < int(n)
 }
 
 // probe connects to the node until it answers (or, on a Cluster, until it

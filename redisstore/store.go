@@ -188,11 +188,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	if !contextTimeouts(client) {
+	contextTimeouts, minIdleConns := clientOptions(client)
+	if !contextTimeouts {
 		return nil, errors.New("redisstore: the client must have ContextTimeoutEnabled: true in its options; otherwise go-redis ignores the per-call timeout and waits for its ReadTimeout (3 s by default) when Redis hangs")
 	}
-	if n := minIdleConns(client); n > 0 {
-		return nil, fmt.Errorf("redisstore: the client must have MinIdleConns 0, got %d: go-redis opens those connections without their handshake (HELLO, CLIENT SETINFO), which then runs inside a decision's timeout, on a slow link every decision's; the store opens the connections it needs itself, with a longer timeout", n)
+	if minIdleConns > 0 {
+		return nil, fmt.Errorf("redisstore: the client must have MinIdleConns 0, got %d: go-redis opens those connections without their handshake (HELLO, CLIENT SETINFO), which then runs inside a decision's timeout, on a slow link every decision's; the store opens the connections it needs itself, with a longer timeout", minIdleConns)
 	}
 	s := &Store{
 		client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, deny: newDenyCache(DefaultDenyCacheMax),
@@ -226,7 +227,7 @@ func (s *Store) newBreaker(c redis.UniversalClient) *breaker {
 		connect: func(ctx context.Context) error { return s.connect(ctx, c, !single) },
 	}
 	if node, ok := c.(*redis.Client); ok {
-		b.idle = func(pipelined bool) bool { return hasIdle(node, pipelined) }
+		b.idle = func(pipelined bool) int { return idleConns(node, pipelined) }
 	}
 	return b
 }
@@ -237,14 +238,14 @@ func (s *Store) newBreaker(c redis.UniversalClient) *breaker {
 // the command, several round trips where a call has room for about one.
 const connectFactor = 4
 
-// hasIdle reports whether c's pool holds an idle connection: the main pool,
-// or, for a pipeline, the pipeline pool (the main one if c has none).
-func hasIdle(c *redis.Client, pipelined bool) bool {
+// idleConns returns how many idle connections c's pool holds: the main
+// pool, or, for a pipeline, the pipeline pool (the main one if c has none).
+func idleConns(c *redis.Client, pipelined bool) int {
 	st := c.PoolStats()
 	if pipelined && st.PipelineStats != nil {
-		return st.PipelineStats.IdleConns > 0
+		return int(st.PipelineStats.IdleConns)
 	}
-	return st.IdleConns > 0
+	return int(st.IdleConns)
 }
 
 // connect opens the connections that the store's round trips to c use at
@@ -423,44 +424,39 @@ func outage(calls []*call) error {
 
 // roundTrip sends calls to Redis and stores each call's answer or error.
 // It is bounded by the store's timeout, or by connectFactor times that if a
-// node it needs has no idle connection: go-redis then opens one first.
+// node it needs may have no idle connection left for it: go-redis then
+// opens one first.
 func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 	_, single := s.client.(*redis.Client)
 	pipelined := !single && len(calls) > 1
+	var buf [4]*breaker
+	nodes := buf[:0]
+	for _, c := range calls {
+		if !slices.Contains(nodes, c.br) {
+			nodes = append(nodes, c.br)
+		}
+	}
 	timeout := s.timeout
-	if mustConnect(calls, pipelined) {
-		timeout *= connectFactor
+	for _, b := range nodes {
+		if b.mustConnect(pipelined) {
+			timeout = connectFactor * s.timeout
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	now := time.Now()
 	for _, c := range calls {
 		c.sent = now
 	}
-	if !pipelined {
+	if pipelined {
+		// A Cluster's keys are in different slots, maybe on different nodes.
+		s.script.runPipelined(ctx, s.client, calls)
+	} else {
 		s.script.run(ctx, s.client, calls)
-		return
 	}
-	// A Cluster's keys are in different slots, maybe on different nodes.
-	s.script.runPipelined(ctx, s.client, calls)
-}
-
-// mustConnect reports whether a node that calls go to must open a
-// connection first (see breaker.mustConnect), as far as the store can tell
-// (a *redis.Client and the nodes of a *redis.ClusterClient).
-func mustConnect(calls []*call, pipelined bool) bool {
-	var buf [4]*breaker
-	checked := buf[:0]
-	for _, c := range calls {
-		if slices.Contains(checked, c.br) {
-			continue
-		}
-		if c.br.mustConnect(pipelined) {
-			return true
-		}
-		checked = append(checked, c.br)
+	cancel()
+	for _, b := range nodes {
+		b.roundTrips.Add(-1)
 	}
-	return false
 }
 
 // breakerFor returns the breaker of the node that holds rkey: the one
@@ -526,33 +522,22 @@ func checkPolicy(p addrlimit.Policy, n int) (time.Duration, error) {
 	return interval, nil
 }
 
-// contextTimeouts reports whether a go-redis client applies context
-// deadlines to network reads. Other UniversalClient implementations are
-// trusted to.
-func contextTimeouts(c redis.UniversalClient) bool {
+// clientOptions reports whether a go-redis client applies context
+// deadlines to network reads, and its MinIdleConns. Other UniversalClient
+// implementations are trusted to, with none.
+func clientOptions(c redis.UniversalClient) (contextTimeouts bool, minIdleConns int) {
 	switch c := c.(type) {
 	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return o.ContextTimeoutEnabled, o.MinIdleConns
 	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return o.ContextTimeoutEnabled, o.MinIdleConns
 	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return o.ContextTimeoutEnabled, o.MinIdleConns
 	}
-	return true
-}
-
-// minIdleConns returns a go-redis client's MinIdleConns (0 for other
-// UniversalClient implementations).
-func minIdleConns(c redis.UniversalClient) int {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().MinIdleConns
-	case *redis.ClusterClient:
-		return c.Options().MinIdleConns
-	case *redis.Ring:
-		return c.Options().MinIdleConns
-	}
-	return 0
+	return true, 0
 }
 
 // RedisKey returns the Redis key that holds key's bucket under p.
