@@ -76,7 +76,7 @@ func (b *breaker) record(parent context.Context, err error) {
 			b.unreachable.Store(false)
 		}
 	case parent.Err() != nil || !isOutage(err):
-	case b.storeUnreachable(err) && b.failures.Add(1) >= b.threshold:
+	case b.countFailure(err) >= b.threshold:
 		e := fmt.Errorf("%w (after %d consecutive failures, the last: %w)", ErrCircuitOpen, b.threshold, err)
 		if b.open.CompareAndSwap(nil, &e) {
 			b.lastUsed.Store(time.Now().UnixNano())
@@ -86,12 +86,12 @@ func (b *breaker) record(parent context.Context, err error) {
 	}
 }
 
-// storeUnreachable records whether err is a failure to dial the node, and
-// returns true.
-func (b *breaker) storeUnreachable(err error) bool {
+// countFailure counts the outage err, noting whether it was a failure to
+// dial the node, and returns the consecutive failures.
+func (b *breaker) countFailure(err error) int32 {
 	var op *net.OpError
 	b.unreachable.Store(errors.As(err, &op) && op.Op == "dial")
-	return true
+	return b.failures.Add(1)
 }
 
 // mustConnect counts one more round trip to the node in flight (the caller
@@ -141,6 +141,7 @@ func (b *breaker) tryGone() bool {
 func (b *breaker) close() {
 	b.probing.Store(false)
 	b.failures.Store(0)
+	b.unreachable.Store(false)
 	b.open.Store(nil)
 }
 

@@ -117,8 +117,9 @@ func WithKeyPrefix(p string) Option {
 // call waits for a shared round trip is not part of it and never a failure.
 // A round trip that must first open a connection (none is idle in the
 // go-redis pool of its node: at start, after a failure) is bounded by 4 ×
-// the timeout, and so is the breaker's probe: opening a connection takes
-// go-redis several round trips.
+// the timeout, unless the node's last failure was a refused connection, and
+// so is the breaker's probe: opening a connection takes go-redis several
+// round trips.
 func WithTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d <= 0 {
