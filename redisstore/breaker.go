@@ -47,7 +47,7 @@ type breaker struct {
 	idle           func(pipelined bool) int        // idle connections in the node's pool; nil if unknown
 
 	failures    atomic.Int32
-	unreachable atomic.Bool           // the last failure was a failure to dial the node
+	unreachable atomic.Bool           // since its last answer, the node refused a dial or failed a round trip that had the longer timeout
 	roundTrips  atomic.Int32          // round trips to the node in flight (mustConnect to their end)
 	open        atomic.Pointer[error] // nil while closed
 	probing     atomic.Bool           // the prober goroutine runs
@@ -89,16 +89,18 @@ func (b *breaker) record(parent context.Context, err error) {
 // countFailure counts the outage err, noting whether it was a failure to
 // dial the node, and returns the consecutive failures.
 func (b *breaker) countFailure(err error) int32 {
-	var op *net.OpError
-	b.unreachable.Store(errors.As(err, &op) && op.Op == "dial")
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+		b.unreachable.Store(true)
+	}
 	return b.failures.Add(1)
 }
 
 // mustConnect counts one more round trip to the node in flight (the caller
 // counts it off at its end) and reports whether it may have to open a
-// connection first, and the node was not refusing connections: opening one
-// takes go-redis several round trips, dialing one that is refused takes it
-// as long as it is given, retrying. A round trip may have to when the pool
+// connection first, and the node is not unreachable: opening one takes
+// go-redis several round trips, dialing one that is refused takes it as
+// long as it is given, retrying, so the longer timeout is granted once per
+// outage. A round trip may have to when the pool
 // holds fewer idle connections than round trips are in flight: those that
 // have not taken theirs yet, unknown, are counted as still to take one.
 func (b *breaker) mustConnect(pipelined bool) bool {

@@ -117,9 +117,10 @@ func WithKeyPrefix(p string) Option {
 // call waits for a shared round trip is not part of it and never a failure.
 // A round trip that must first open a connection (none is idle in the
 // go-redis pool of its node: at start, after a failure) is bounded by 4 ×
-// the timeout, unless the node's last failure was a refused connection, and
-// so is the breaker's probe: opening a connection takes go-redis several
-// round trips.
+// the timeout, and so is the breaker's probe: opening a connection takes
+// go-redis several round trips. A node gets that once per outage: after it
+// refused a connection or failed such a round trip, not again until it
+// answers.
 func WithTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d <= 0 {
@@ -426,7 +427,8 @@ func outage(calls []*call) error {
 // roundTrip sends calls to Redis and stores each call's answer or error.
 // It is bounded by the store's timeout, or by connectFactor times that if a
 // node it needs may have no idle connection left for it: go-redis then
-// opens one first.
+// opens one first. A node that fails such a round trip gets no longer
+// timeout again until it answers (breaker.unreachable).
 func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 	_, single := s.client.(*redis.Client)
 	pipelined := !single && len(calls) > 1
@@ -437,26 +439,37 @@ func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 			nodes = append(nodes, c.br)
 		}
 	}
-	timeout := s.timeout
+	extended := false
 	for _, b := range nodes {
-		if b.mustConnect(pipelined) {
-			timeout = connectFactor * s.timeout
+		if b.mustConnect(pipelined) { // on every node: it counts the round trip
+			extended = true
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	timeout := s.timeout
+	if extended {
+		timeout *= connectFactor
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	now := time.Now()
 	for _, c := range calls {
 		c.sent = now
 	}
 	if pipelined {
 		// A Cluster's keys are in different slots, maybe on different nodes.
-		s.script.runPipelined(ctx, s.client, calls)
+		s.script.runPipelined(rctx, s.client, calls)
 	} else {
-		s.script.run(ctx, s.client, calls)
+		s.script.run(rctx, s.client, calls)
 	}
 	cancel()
 	for _, b := range nodes {
 		b.roundTrips.Add(-1)
+	}
+	if extended && ctx.Err() == nil {
+		for _, c := range calls {
+			if c.err != nil && isOutage(c.err) {
+				c.br.unreachable.Store(true)
+			}
+		}
 	}
 }
 
