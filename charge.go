@@ -7,46 +7,40 @@ import (
 	"time"
 )
 
-// decide is the one path of a request (Handler, Allow, AllowAs): exemption,
-// then policy, key and cost (by the Limiter's rules, or as AllowAs says),
-// then the charge, into *d, a zero Decision of the caller's. The key's
-// string is built only if str is set or the seam needs it. *d is an
-// out-parameter because a Decision returned by value from decide, charge
-// and refuseCost measured slower on BenchmarkDeniedOptions and
-// BenchmarkAllowed10k (see internal/DESIGN.md).
-func (l *Limiter) decide(r *http.Request, as *chargeAs, str bool, d *Decision) (*policyState, bucketKey) {
-	class := l.exemption(r, d)
+// decide is the one path of every call (Handler, Allow, Decide, AllowKey):
+// the exemption (the internal token on c.Authorization, and for an HTTP
+// request r, WithExempt), then for r the Limiter's HTTP rules (describe),
+// then the policy, the key and the charge, into *d, a zero Decision of the
+// caller's. The key's string is built only if str is set or the seam needs
+// it. *d is an out-parameter because a Decision returned by value from
+// decide, charge and refuseCost measured slower on BenchmarkDeniedOptions
+// and BenchmarkAllowed10k (see internal/DESIGN.md).
+func (l *Limiter) decide(ctx context.Context, c *Call, r *http.Request, str bool, d *Decision) (*policyState, bucketKey) {
+	d.Route = c.Route
+	class := l.exemption(c.Authorization, c.Exempt, r, d)
 	if d.Outcome == Exempt {
 		return nil, bucketKey{}
 	}
-	var (
-		ps  *policyState
-		k   bucketKey
-		err error
-		n   = 1
-	)
-	if as == nil {
-		ps, k, err = l.policyAndKey(r, str)
-		if l.cost != nil {
-			n = l.cost(r)
-		}
+	var ps *policyState
+	var err error
+	if r != nil {
+		ps = l.describe(r, c)
 	} else {
-		var keyErr error
-		ps, err = l.lookupPolicy(as.policy)
-		k, keyErr = l.requestKey(r, as.key, str)
-		err, n = join(err, keyErr), as.n
+		ps, err = l.lookupPolicy(c.Policy)
 	}
-	l.charge(r.Context(), ps, k, n, err, d)
-	l.countCredentials(r, class, d)
+	k, keyErr := l.callKey(c, str)
+	l.charge(ctx, ps, k, c.Cost, join(join(err, c.Err), keyErr), d)
+	d.RetiredToken = class == tokenRetired
+	d.Credentialed = len(c.Authorization) > 0
+	if d.Outcome == Limited {
+		if d.Credentialed {
+			l.credentialed.Add(1)
+		}
+		if d.RetiredToken {
+			l.retiredLimited.Add(1)
+		}
+	}
 	return ps, k
-}
-
-// chargeAs is how AllowAs charges a request: n tokens under the named
-// policy, to the key that key returns (nil: the peer address).
-type chargeAs struct {
-	policy string
-	key    KeyFunc
-	n      int
 }
 
 // join is errors.Join for the common case of at most one error, which it
@@ -61,83 +55,86 @@ func join(a, b error) error {
 	return errors.Join(a, b)
 }
 
-// exemption classifies r's bearer token and, if r is exempt (an accepted
-// secret, or WithExempt), counts it and sets d.Outcome to Exempt.
-func (l *Limiter) exemption(r *http.Request, d *Decision) tokenClass {
+// exemption classifies the bearer token of the Authorization values and, if
+// the call is exempt (an accepted secret, the adapter's rule, or WithExempt
+// for an HTTP request r), counts it and sets d.Outcome to Exempt.
+func (l *Limiter) exemption(authorization []string, exempt bool, r *http.Request, d *Decision) tokenClass {
 	class := tokenNone
 	if l.token != nil {
-		class = l.token.classify(r.Header["Authorization"])
+		class = l.token.classify(authorization)
 	}
-	if class == tokenAccepted || l.exempt != nil && l.exempt(r) {
+	if class == tokenAccepted || exempt || r != nil && l.exempt != nil && l.exempt(r) {
 		l.exempted.Add(1)
 		d.Outcome = Exempt
 	}
 	return class
 }
 
-// countCredentials flags a retired secret in the charged decision d and
-// counts a limited request that carried credentials.
-func (l *Limiter) countCredentials(r *http.Request, class tokenClass, d *Decision) {
-	d.RetiredToken = class == tokenRetired
-	if d.Outcome == Limited {
-		if len(r.Header["Authorization"]) > 0 {
-			l.credentialed.Add(1)
-		}
-		if d.RetiredToken {
-			l.retiredLimited.Add(1)
-		}
-	}
-}
-
-// policyAndKey picks the policy (PolicySelector) and the key (the selector's,
-// else the KeyFunc's, else the peer address). Errors never skip the limit:
-// they fall back to the default policy, the KeyFunc's key or UnkeyedKey.
-func (l *Limiter) policyAndKey(r *http.Request, str bool) (ps *policyState, k bucketKey, err error) {
-	ps = l.policies[0]
+// describe applies the Limiter's HTTP rules to r, a request that is not
+// exempt: it sets c's key (the PolicySelector's, else the KeyFunc's, else
+// the peer address as c.Addr), its cost (WithCost) and c.Err, and returns
+// the policy (the PolicySelector's). Errors never skip the limit: they fall
+// back to the default policy, the KeyFunc's key or UnkeyedKey.
+func (l *Limiter) describe(r *http.Request, c *Call) *policyState {
+	ps := l.policies[0]
 	if l.selector != nil {
-		name, key, selErr := l.selector(r)
-		if selErr == nil {
-			ps, selErr = l.lookupPolicy(name) // "" is the default policy
+		name, key, err := l.selector(r)
+		if err == nil {
+			ps, err = l.lookupPolicy(name) // "" is the default policy
 		}
-		if selErr == nil && key != "" {
-			return ps, l.keys.of(key), nil
+		if err == nil && key != "" {
+			c.Key = key
 		}
-		err = selErr
+		c.Err = err
 	}
-	k, keyErr := l.requestKey(r, l.keyFunc, str)
-	return ps, k, join(err, keyErr)
+	if c.Key == "" {
+		if l.keyFunc == nil {
+			c.Addr, _ = peerAddr(r) // the zero Addr: callKey reports ErrNoClientAddress
+		} else {
+			s, err := l.keyFunc(r)
+			c.Key, err = keyOrUnkeyed(s, err)
+			c.Err = join(c.Err, err)
+		}
+	}
+	c.Cost = 1
+	if l.cost != nil {
+		c.Cost = l.cost(r)
+	}
+	return ps
 }
 
-// requestKey is the key that f (nil: the peer address) gives r. The peer
-// address is formatted on the stack and hashed, and copied to a string only
-// if str is set or the seam needs it: that saves the default path an
-// allocation (BenchmarkAllowed/lib=addrlimit of the benchmarks module, 0
-// allocs/op, against BenchmarkAllowedOptions/keyfunc=RemoteAddrKey, the
-// same key as a string: 1).
-func (l *Limiter) requestKey(r *http.Request, f KeyFunc, str bool) (bucketKey, error) {
-	if f == nil {
-		a, err := peerAddr(r)
-		if err != nil {
-			return l.keys.of(UnkeyedKey), err
+// callKey is c's bucket key: c.Key, else the AddrKey of c.Addr, formatted
+// on the stack and hashed, and copied to a string only if str is set or
+// the seam needs it. That saves the default path an allocation
+// (BenchmarkAllowed/lib=addrlimit of the benchmarks module, 0 allocs/op,
+// against BenchmarkAllowedOptions/keyfunc=RemoteAddrKey, the same key as a
+// string: 1). Without either it is UnkeyedKey, with ErrNoClientAddress
+// unless c.Err already reports it.
+func (l *Limiter) callKey(c *Call, str bool) (bucketKey, error) {
+	switch {
+	case c.Key != "":
+		return l.keys.of(c.Key), nil
+	case !c.Addr.IsValid():
+		if errors.Is(c.Err, ErrNoClientAddress) {
+			return l.keys.of(UnkeyedKey), nil
 		}
-		var buf [maxAddrKeyLen]byte
-		return l.keys.ofBytes(appendAddrKey(buf[:0], a), str), nil
+		return l.keys.of(UnkeyedKey), ErrNoClientAddress
 	}
-	s, err := f(r)
-	return l.stringKey(s, err)
+	var buf [maxAddrKeyLen]byte
+	return l.keys.ofBytes(appendAddrKey(buf[:0], c.Addr), str), nil
 }
 
-// stringKey is the bucket key s that a KeyFunc returned with err. An empty
-// key never skips the limit: it is UnkeyedKey, with err or, if err is nil,
-// ErrEmptyKey.
-func (l *Limiter) stringKey(s string, err error) (bucketKey, error) {
+// keyOrUnkeyed is the bucket key s that a KeyFunc returned with err. An
+// empty key never skips the limit: it is UnkeyedKey, with err or, if err is
+// nil, ErrEmptyKey.
+func keyOrUnkeyed(s string, err error) (string, error) {
 	if s == "" {
 		if err == nil {
 			err = ErrEmptyKey
 		}
 		s = UnkeyedKey
 	}
-	return l.keys.of(s), err
+	return s, err
 }
 
 // charge is the one place where tokens are taken, in one call to the seam

@@ -69,7 +69,7 @@ func TestCostOutOfRange(t *testing.T) {
 		t.Run(tc.cost, func(t *testing.T) {
 			var got addrlimit.Decision
 			lim := mustNew(t, 10, time.Hour, addrlimit.WithCost(costFromHeader),
-				addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { got = d }))
+				addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { got = d }))
 			w := serve(lim.Handler(okHandler), req("192.0.2.1:1", "X-Cost", tc.cost))
 			require.Equal(t, tc.code, w.Code)
 			require.ErrorIs(t, got.Err, tc.err)
@@ -212,7 +212,7 @@ func TestCostOverBurstMakesNoStoreCall(t *testing.T) {
 				var got []addrlimit.Decision
 				lim := mustNew(t, burst, time.Minute, addrlimit.WithStore(st), addrlimit.WithStoreFailure(policy),
 					addrlimit.WithCost(costFromHeader),
-					addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { got = append(got, d) }))
+					addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { got = append(got, d) }))
 				h := lim.Handler(okHandler)
 				require.Equal(t, 200, serve(h, req("192.0.2.1:1")).Code, "a request the store charges")
 				require.Equal(t, int64(1), st.calls.Load(), "the store counts its calls")

@@ -35,19 +35,20 @@ func (o Outcome) String() string {
 }
 
 // Decision describes what a Limiter decided for one request. For an Exempt
-// decision every other field is zero.
+// decision every other field but Route is zero.
 type Decision struct {
 	Outcome Outcome
+	// Route is Call.Route: an HTTP request's URL path, a gRPC call's full
+	// method. Clients choose it: it is no bounded metric label.
+	Route string
 	// Policy names the policy that decided.
 	Policy string
 	// Key is the bucket the request was charged to (UnkeyedKey when it had
 	// none). Treat it as personal data: it is usually a client address.
-	// Handler fills it in only when something reads it (an observer, a
-	// WithDeniedHandler handler, WithDecisionInContext); Allow, AllowAs and
-	// AllowKey always do.
+	// Handler fills it in only for an observer, a WithDeniedHandler
+	// handler or WithDecisionInContext; the other methods always do.
 	Key string
-	// Cost is the number of tokens the request costs (1 unless WithCost,
-	// AllowAs or AllowKey say otherwise).
+	// Cost is the number of tokens the request cost.
 	Cost int
 	// Remaining is the whole tokens left after this request in the tightest
 	// limit of the policy, the one Limit returns: for a Limited decision,
@@ -78,6 +79,9 @@ type Decision struct {
 	// internal token has retired (see InternalToken.WithRetired): one of your
 	// own services still uses an old secret. Nobody else can produce it.
 	RetiredToken bool
+	// Credentialed: the request carried Authorization values but was not
+	// exempt (anyone can send them).
+	Credentialed bool
 	// Err says why the key, the cost, the policy or the store was not what it
 	// should be (see ErrNoClientAddress and its siblings), for observers and
 	// logs; it is never sent to the client. A non-nil Err never means the

@@ -6,23 +6,22 @@ import "errors"
 // errors.Is. None of them means the limit was skipped: each says which bucket
 // the request was charged to instead, and none is ever sent to a client.
 var (
-	// ErrNoClientAddress: RemoteAddr holds no IP address (a Unix socket peer,
-	// say), so the request was charged to the shared UnkeyedKey bucket.
+	// ErrNoClientAddress: RemoteAddr is no IP address (a Unix socket peer),
+	// or a Call has neither Addr nor Key: charged to UnkeyedKey.
 	ErrNoClientAddress = errors.New("addrlimit: RemoteAddr is not an IP address")
-	// ErrEmptyKey: a KeyFunc, a policy selector, or an AllowAs or AllowKey
-	// caller gave an empty key; the request was charged to UnkeyedKey.
+	// ErrEmptyKey: a KeyFunc or an AllowKey caller gave an empty key;
+	// charged to UnkeyedKey.
 	ErrEmptyKey = errors.New("addrlimit: empty key")
 	// ErrProxyHeader: the trusted proxies' header was missing, malformed or
 	// longer than addrlimit walks. The request was charged to the nearest
 	// trusted hop, never to anything a client wrote. It means the proxies or
 	// the trusted ranges are misconfigured.
 	ErrProxyHeader = errors.New("addrlimit: proxy header")
-	// ErrUnknownPolicy: a policy selector, or an AllowAs or AllowKey caller,
-	// named a policy the Limiter does not have; the request was charged to the
-	// default policy.
+	// ErrUnknownPolicy: a policy selector, a Call or an AllowKey caller
+	// named a policy the Limiter does not have: charged to the default one.
 	ErrUnknownPolicy = errors.New("addrlimit: unknown policy")
-	// ErrInvalidCost: a cost below 1 (from WithCost, AllowAs or AllowKey);
-	// the request was charged 1 token.
+	// ErrInvalidCost: a cost below 1 (from WithCost or AllowKey, or a
+	// negative Call.Cost): charged 1 token.
 	ErrInvalidCost = errors.New("addrlimit: cost must be at least 1")
 	// ErrCostOverBurst: a cost larger than the policy's burst, which no bucket
 	// can ever pay; the request was refused by the policy alone, without a

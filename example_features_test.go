@@ -201,3 +201,37 @@ func Example_networkBudget() {
 	fmt.Println("served from one /48:", served)
 	// Output: served from one /48: 8
 }
+
+// Decide limits calls of a transport without net/http (here a line-based
+// protocol on a raw TCP connection): describe who makes the call and what
+// it is, and send the quota where the protocol carries it. The internal
+// token, the counters, the store and the observers are those of the HTTP
+// middleware.
+func ExampleLimiter_Decide() {
+	tok, _ := addrlimit.NewInternalToken("example-internal-secret-0123456789")
+	lim, _ := addrlimit.New(2, time.Hour, addrlimit.WithInternalToken(tok),
+		addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) {
+			if d.Outcome == addrlimit.Limited {
+				fmt.Println("observed:", d.Route, d.Key, d.Outcome)
+			}
+		}))
+	peer := netip.MustParseAddr("192.0.2.1") // from conn.RemoteAddr()
+	for range 3 {
+		d := lim.Decide(context.Background(), addrlimit.Call{Addr: peer, Route: "RCPT"})
+		if d.Denied() {
+			fmt.Println("450 try again in", d.RetryAfter.Round(time.Minute))
+			continue
+		}
+		lim.QuotaFields(d, func(name, value string) { fmt.Printf("%s: %s\n", name, value) })
+	}
+	internal := addrlimit.Call{Addr: peer, Route: "RCPT", Authorization: []string{"Bearer example-internal-secret-0123456789"}}
+	fmt.Println("internal:", lim.Decide(context.Background(), internal).Outcome)
+	// Output:
+	// ratelimit-policy: "default";q=2;w=3600
+	// ratelimit: "default";r=1;t=0
+	// ratelimit-policy: "default";q=2;w=3600
+	// ratelimit: "default";r=0;t=1800
+	// observed: RCPT 192.0.2.1 limited
+	// 450 try again in 30m0s
+	// internal: exempt
+}

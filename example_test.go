@@ -103,7 +103,7 @@ func ExampleWithHeaders_xRateLimit() {
 // be limited before enforcing.
 func ExampleWithDryRun() {
 	lim, _ := addrlimit.New(1, time.Hour, addrlimit.WithDryRun(),
-		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) {
+		addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) {
 			if d.Outcome == addrlimit.Limited {
 				fmt.Println("would limit", d.Key, "dry run:", d.DryRun)
 			}
@@ -255,7 +255,7 @@ func ExampleNewLogObserver() {
 		h.ServeHTTP(httptest.NewRecorder(), r)
 	}
 	// Output:
-	// level=WARN msg="addrlimit: request with credentials limited" policy=default key=10.0.0.7 method=PUT path=/agents/42/progress outcome=limited mode=enforced cost=1 remaining=0 retry_after=1h0m0s credentialed=true retired_token=false suppressed=0
+	// level=WARN msg="addrlimit: request with credentials limited" policy=default key=10.0.0.7 route=/agents/42/progress outcome=limited mode=enforced cost=1 remaining=0 retry_after=1h0m0s credentialed=true retired_token=false suppressed=0
 }
 
 // Stats is cheap to read concurrently; publish it with expvar (or the
@@ -368,8 +368,8 @@ func ExampleWithMaxKeys() {
 func ExampleWithObserver() {
 	count := map[addrlimit.Outcome]int{}
 	lim, _ := addrlimit.New(2, time.Hour,
-		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) { count[d.Outcome]++ }),
-		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) {
+		addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { count[d.Outcome]++ }),
+		addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) {
 			if d.Denied() {
 				fmt.Println("denied", d.Key, "retry in", d.RetryAfter.Round(time.Minute))
 			}

@@ -154,16 +154,6 @@ func (t *InternalToken) Match(r *http.Request) bool {
 	return t.classify(r.Header["Authorization"]) == tokenAccepted
 }
 
-// MatchAuthorization is Match for the raw values of an Authorization header
-// (every line of it, in order), for protocols without an *http.Request: the
-// "authorization" values of gRPC metadata, say. It applies the rules of
-// Match, so MatchAuthorization(r.Header.Values("Authorization")) ==
-// Match(r): exactly one value "Bearer <token>", scheme in any case, token a
-// b64token equal to an accepted secret, compared in constant time.
-func (t *InternalToken) MatchAuthorization(values []string) bool {
-	return t.classify(values) == tokenAccepted
-}
-
 // tokenClass is what a request's bearer token is to an InternalToken.
 type tokenClass uint8
 
@@ -207,8 +197,8 @@ func (t *InternalToken) classify(authorization []string) tokenClass {
 // and answers all others (retired secrets included) 401 Unauthorized with
 // "WWW-Authenticate: Bearer" and a fixed body. It panics if t or next is
 // nil (a token whose NewInternalToken error was dropped), when the route is
-// built rather than on a request. Match and MatchAuthorization of a nil or
-// zero token report false.
+// built rather than on a request. Match of a nil or zero token reports
+// false.
 func (t *InternalToken) Require(next http.Handler) http.Handler {
 	if next == nil {
 		panic("addrlimit: InternalToken.Require called with a nil handler")

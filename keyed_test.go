@@ -3,7 +3,6 @@ package addrlimit_test
 import (
 	"context"
 	"math"
-	"net/http"
 	"testing"
 	"time"
 
@@ -31,9 +30,9 @@ func TestAllowKeySharesTheBucketOfTheRequestPath(t *testing.T) {
 
 func TestAllowKeyBadInputNeverSkipsTheLimit(t *testing.T) {
 	ctx := context.Background()
-	var observed []*http.Request
+	var observed []addrlimit.Decision
 	lim := mustNew(t, 2, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "batch", Limits: []addrlimit.Limit{{Burst: 5, Interval: time.Hour / 5}}}),
-		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) { observed = append(observed, r) }))
+		addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { observed = append(observed, d) }))
 
 	d := lim.AllowKey(ctx, "no-such-policy", "job-1", 1)
 	require.ErrorIs(t, d.Err, addrlimit.ErrUnknownPolicy)
@@ -64,8 +63,8 @@ func TestAllowKeyBadInputNeverSkipsTheLimit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 5, p.Remaining, "a refused cost charges nothing")
 
-	for _, r := range observed {
-		assert.Nil(t, r, "AllowKey observers get a nil request")
+	for _, d := range observed {
+		assert.Empty(t, d.Route, "AllowKey decisions name no route")
 	}
 	assert.Len(t, observed, 8)
 	assert.Equal(t, uint64(7), lim.Stats().KeyErrors)

@@ -1,6 +1,7 @@
 package addrlimit_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/netip"
@@ -91,7 +92,7 @@ func TestKeyErrorsAreNeverABypass(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var errs []error
 			lim := mustNew(t, 2, time.Hour, addrlimit.WithKeyFunc(tc.kf),
-				addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { errs = append(errs, d.Err) }))
+				addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { errs = append(errs, d.Err) }))
 			h := lim.Handler(okHandler)
 			got := codes(h, 4, func() *http.Request { return req("192.0.2.1:1") })
 			require.Equal(t, []int{200, 200, 429, 429}, got, "codes")

@@ -58,9 +58,8 @@ import (
 // Limiter limits requests per key under one or more policies. Build it with
 // New; it is immutable and safe for concurrent use, and starts no goroutine.
 // A Limiter not built by New (the zero value, or a nil pointer) never lets a
-// request through unlimited: Handler, Allow, AllowAs, AllowKey, Respond,
-// Refund, Stats and Policies panic with "addrlimit: Limiter not built with
-// New", and Peek and Reset return that error.
+// request through unlimited: Peek and Reset return the error "addrlimit:
+// Limiter not built with New", every other method panics with it.
 type Limiter struct {
 	policies  []*policyState // [0] is the default policy
 	byName    map[string]*policyState
@@ -72,7 +71,7 @@ type Limiter struct {
 	exempt    func(*http.Request) bool
 	token     *InternalToken
 	denied    http.Handler
-	observers []func(*http.Request, Decision)
+	observers []func(context.Context, Decision)
 	dryRun    bool
 	inContext bool  // WithDecisionInContext
 	store     seam  // memStore, or failover around the WithStore Store
@@ -209,11 +208,10 @@ func (l *Limiter) Policies() []Policy {
 // Handler returns middleware that decides each request before next sees it.
 // Exempt requests go straight to next, untouched. Counted requests get the
 // quota header fields; a denied one gets 429 Too Many Requests with
-// Retry-After (whole seconds, at least 1, from the bucket) and
-// Cache-Control: no-store (413 Content Too Large without Retry-After for a
-// cost over the burst, see WithCost), or the WithDeniedHandler response.
-// Observers run before anything is written. It panics if next is nil.
-// Without a net/http middleware slot (gin), use Allow, Respond and Refund.
+// Retry-After (whole seconds, at least 1) and Cache-Control: no-store (413
+// for a cost over the burst, see WithCost), or the WithDeniedHandler
+// response. It panics if next is nil. Without a net/http middleware slot
+// (gin), use Allow, Respond and Refund.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	l.mustBeBuilt()
 	if next == nil {
@@ -222,11 +220,12 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	wantKey := len(l.observers) > 0 || l.denied != nil || l.inContext
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var d Decision
-		ps, k := l.decide(r, nil, wantKey, &d)
+		c := httpCall(r)
+		ps, k := l.decide(r.Context(), &c, r, wantKey, &d)
 		if wantKey {
 			d.Key = k.s
 		}
-		l.observe(r, d)
+		l.observe(r.Context(), d)
 		if d.Outcome == Exempt {
 			next.ServeHTTP(w, r)
 			return
@@ -249,73 +248,56 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// Allow decides and charges r exactly as Handler would and tells the
-// observers, but writes nothing and never refunds: for websockets, gRPC
-// gateways, frameworks without a net/http middleware slot (gin) or anything
-// else that has an *http.Request. Refuse the work when the Decision is
-// Denied; Respond writes the response Handler would, Refund gives the tokens
-// back.
+// Allow decides r as Handler would and tells the observers, but writes
+// nothing and never refunds: for websockets and frameworks without a
+// net/http middleware slot (gin). Refuse the work when the Decision is
+// Denied; Respond writes Handler's response, Refund gives the tokens back.
 func (l *Limiter) Allow(r *http.Request) Decision {
 	l.mustBeBuilt()
 	var d Decision
-	_, k := l.decide(r, nil, true, &d)
+	c := httpCall(r)
+	_, k := l.decide(r.Context(), &c, r, true, &d)
 	d.Key = k.s
-	l.observe(r, d)
+	l.observe(r.Context(), d)
 	return d
 }
 
-// AllowAs decides r as Allow does (the exemption of WithInternalToken and
-// WithExempt, the token flags and counters, the observers, which get r) but
-// charges it as the caller says instead of asking the PolicySelector, the
-// KeyFunc and WithCost: n tokens under the named policy ("" for the default
-// one), to the bucket that key returns for r (nil: RemoteAddrKey). It is for
-// adapters of other protocols, such as the grpclimit interceptors, that
-// describe a call as an *http.Request and pick policies and costs by their
-// own rules. key follows the KeyFunc contract; bad input never skips the
-// limit and is reported as by AllowKey.
-func (l *Limiter) AllowAs(r *http.Request, policy string, key KeyFunc, n int) Decision {
-	l.mustBeBuilt()
-	var d Decision
-	_, k := l.decide(r, &chargeAs{policy: policy, key: key, n: n}, true, &d)
-	d.Key = k.s
-	l.observe(r, d)
-	return d
+// httpCall is what an HTTP request says of itself before the Limiter's HTTP
+// rules (describe) apply: its Authorization lines, and its URL path as the
+// route (a ServeMux pattern would hide the path under a catch-all "/").
+func httpCall(r *http.Request) Call {
+	c := Call{Authorization: r.Header["Authorization"]}
+	if r.URL != nil {
+		c.Route = r.URL.Path
+	}
+	return c
 }
 
 // AllowKey charges n tokens to key under the named policy ("" for the
-// default one) and tells the observers (with a nil *http.Request): the
-// decision of Handler, for job queues and other callers without an HTTP
-// request. It shares the store, the failure policy, the
-// counters and the observers with Handler. Exemption does not apply. The
-// Store gets ctx's values but not its cancellation or deadline: the store's
-// own timeout bounds the call, so a caller that gives up never gets the
-// failure policy for it.
-//
-// Bad input never skips the limit: an unknown policy is charged to the
-// default one (ErrUnknownPolicy), an empty key to UnkeyedKey (ErrEmptyKey),
-// n < 1 as 1 (ErrInvalidCost); n above the burst is refused and charges
-// nothing (ErrCostOverBurst). Decision.Err says which.
+// default one) and tells the observers, as Decide does, for job queues and
+// other work without a client: exemption does not apply, and ctx's
+// cancellation does not reach the Store. Bad input never skips the limit:
+// an unknown policy is charged to the default one (ErrUnknownPolicy), an
+// empty key to UnkeyedKey (ErrEmptyKey), n < 1 as 1 (ErrInvalidCost); n
+// above the burst is refused and charges nothing (ErrCostOverBurst).
 //
 // key shares one namespace per policy with the keys of requests (see
-// PolicySelector): AllowKey(ctx, "", AddrKey(a), 1) charges the bucket of
-// the client at address a. When requests are keyed by address (the default
-// key, RemoteAddrKey or TrustedProxies.Key), a key written as an address in
-// another form names that client's bucket too, as Reset says:
-// AllowKey(ctx, "", r.RemoteAddr, 1) charges r's bucket, so one client never
-// has two. Decision.Key is the bucket's key. Prefix keys of other kinds with
-// a name that is not hexadecimal ("tenant:"+id, "user:"+id): they are never
-// read as addresses.
+// PolicySelector). When requests are keyed by address (the default key,
+// RemoteAddrKey or TrustedProxies.Key), a key written as an address in any
+// form names that client's bucket, as Reset says: AllowKey(ctx, "",
+// r.RemoteAddr, 1) charges r's bucket. Decision.Key is the bucket's key.
+// Prefix other keys with a name that is not hexadecimal ("user:"+id).
 func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decision {
 	l.mustBeBuilt()
-	ps, err := l.lookupPolicy(policy)
 	if k := l.namedKey(key); k != "" {
 		key = k // a network of several clients is no client's: taken as it is
 	}
-	k, keyErr := l.stringKey(key, nil)
+	c := Call{Policy: policy, Cost: n}
+	c.Key, c.Err = keyOrUnkeyed(key, nil)
 	var d Decision
-	l.charge(ctx, ps, k, n, join(err, keyErr), &d)
+	_, k := l.decide(ctx, &c, nil, true, &d)
 	d.Key = k.s
-	l.observe(nil, d)
+	l.observe(ctx, d)
 	return d
 }
 
@@ -345,17 +327,12 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 // full again, as if the client had never been seen: for support staff who
 // unblock a customer. Resetting a key that has no bucket is not an error.
 //
-// When requests are keyed by address (no WithKeyFunc, or
-// WithKeyFunc(RemoteAddrKey), or WithKeyFunc(t.Key) for a *TrustedProxies
-// t), key may be the client's address as people type it, and names the
-// client's bucket: an
-// address in any notation ("2001:db8::1" in the client's /64,
-// "::ffff:192.0.2.1", "64:ff9b::c000:201", a zone), with a port as
-// RemoteAddr or a log holds it ("192.0.2.1:443", "[2001:db8::1]:443"), or a
-// network inside one client's key ("2001:db8::1/64", "192.0.2.1/32"). A
-// network of several clients ("2001:db8::/48") is an error, not a reset of
-// nothing. Under any other KeyFunc (a function of your own, even one that
-// wraps these), key is taken as it is: the KeyFunc decides what keys mean.
+// When requests are keyed by address (the default key, RemoteAddrKey or
+// TrustedProxies.Key), key may be the client's address as people type it:
+// in any notation ("2001:db8::1" in the client's /64, "::ffff:192.0.2.1",
+// "64:ff9b::c000:201", a zone), with a port ("[2001:db8::1]:443"), or a
+// network inside one client's key ("2001:db8::1/64"). Under any other
+// KeyFunc (even one wrapping these), key is taken as it is.
 //
 // It fails for an unknown policy, an empty key, a network of several
 // clients, or when the Store fails (the local fallback bucket is reset
@@ -431,9 +408,9 @@ func (l *Limiter) namedKey(key string) string {
 	return key
 }
 
-// observe tells the observers about d.
-func (l *Limiter) observe(r *http.Request, d Decision) {
+// observe tells the observers about d, decided in ctx.
+func (l *Limiter) observe(ctx context.Context, d Decision) {
 	for _, f := range l.observers {
-		f(r, d)
+		f(ctx, d)
 	}
 }

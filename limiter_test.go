@@ -21,7 +21,7 @@ func TestExemptConsumesNothing(t *testing.T) {
 	tok := mustToken(t, secret)
 	var seen []addrlimit.Decision
 	lim := mustNew(t, 5, time.Hour, addrlimit.WithExempt(tok.Match),
-		addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { seen = append(seen, d) }))
+		addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { seen = append(seen, d) }))
 	h := lim.Handler(okHandler)
 	for range 20 {
 		w := serve(h, req("10.1.2.3:1", "Authorization", "bearer "+secret))
@@ -32,7 +32,7 @@ func TestExemptConsumesNothing(t *testing.T) {
 	}
 	assert.Zero(t, lim.Stats().Keys, "exempt traffic created buckets")
 	for i, d := range seen {
-		require.Equal(t, addrlimit.Decision{Outcome: addrlimit.Exempt}, d, "decision %d, want a bare Exempt", i)
+		require.Equal(t, addrlimit.Decision{Outcome: addrlimit.Exempt, Route: "/"}, d, "decision %d, want a bare Exempt with its route", i)
 	}
 	got := codes(h, 6, func() *http.Request { return req("10.1.2.3:2") })
 	assert.Equal(t, []int{200, 200, 200, 200, 200, 429}, got, "the address after 20 exempt requests")
@@ -226,7 +226,7 @@ func TestDeniedHandler(t *testing.T) {
 
 func TestDryRun(t *testing.T) {
 	var limited int
-	lim := mustNew(t, 2, time.Hour, addrlimit.WithDryRun(), addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) {
+	lim := mustNew(t, 2, time.Hour, addrlimit.WithDryRun(), addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) {
 		if d.Outcome == addrlimit.Limited && d.DryRun && !d.Denied() {
 			limited++
 		}
@@ -255,7 +255,7 @@ func TestStoreFailure(t *testing.T) {
 			st.down.Store(true)
 			var errs int
 			lim := mustNew(t, 2, time.Hour, addrlimit.WithStore(st), addrlimit.WithStoreFailure(tc.policy),
-				addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) {
+				addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) {
 					if d.Err != nil && d.Degraded {
 						errs++
 					}
@@ -426,7 +426,8 @@ func TestZeroLimiterFailsLoudlyNeverLimitsNothing(t *testing.T) {
 			panicsWith("Handler", func() { l.Handler(okHandler) })
 			panicsWith("Allow", func() { l.Allow(req("192.0.2.1:1")) })
 			panicsWith("AllowKey", func() { l.AllowKey(context.Background(), "", "k", 1) })
-			panicsWith("AllowAs", func() { l.AllowAs(req("192.0.2.1:1"), "", nil, 1) })
+			panicsWith("Decide", func() { l.Decide(context.Background(), addrlimit.Call{}) })
+			panicsWith("QuotaFields", func() { l.QuotaFields(addrlimit.Decision{}, func(string, string) {}) })
 			panicsWith("Refund", func() {
 				l.Refund(context.Background(), addrlimit.Decision{Outcome: addrlimit.Allowed, Policy: "default", Key: "k", Cost: 1})
 			})

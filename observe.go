@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -25,15 +24,13 @@ import (
 // most 1,001 lines of the first kind and 101 of the second. Every logged
 // string is cut to at most 256 bytes.
 //
-// Each line has the attributes policy, key, method, path (the URL path,
-// never the query), route (only when the request has a ServeMux pattern),
-// outcome, mode ("enforced" or "dry_run"), cost, remaining, retry_after
+// Each line has the attributes policy, key, route (Decision.Route), outcome, mode ("enforced" or "dry_run"), cost, remaining, retry_after
 // (rounded up to whole seconds), credentialed (the request carried an
 // Authorization header but was not exempt: a hint anyone can trigger),
 // retired_token (it carried a retired internal secret: one of your services,
 // for sure), suppressed, degraded (only when Decision.Degraded is set) and
-// error (only when there is one). Decisions of AllowKey have no method or
-// path. It never logs header values, so tokens never reach the log.
+// error (only when there is one), with the decision's context. It never
+// logs header values, so tokens never reach the log.
 //
 // Levels and messages: a limited request with a retired secret is logged at
 // ERROR, one with other credentials at WARN, the other limited ones at INFO
@@ -94,9 +91,9 @@ func NewLogObserver(logger *slog.Logger, every time.Duration) (*LogObserver, err
 	return &LogObserver{logger: logger, every: every}, nil
 }
 
-// Observe logs d if it is worth a line. Use it with WithObserver. r may be
-// nil (decisions of AllowKey).
-func (o *LogObserver) Observe(r *http.Request, d Decision) {
+// Observe logs d, decided in ctx, if it is worth a line. Use it with
+// WithObserver.
+func (o *LogObserver) Observe(ctx context.Context, d Decision) {
 	if d.Outcome != Limited && d.Err == nil {
 		return
 	}
@@ -115,15 +112,6 @@ func (o *LogObserver) Observe(r *http.Request, d Decision) {
 	if !ok {
 		return
 	}
-	var method, path, route string
-	credentialed := false
-	if r != nil {
-		method, route = r.Method, r.Pattern
-		if r.URL != nil {
-			path = r.URL.Path
-		}
-		credentialed = len(r.Header["Authorization"]) > 0
-	}
 	level, msg := slog.LevelInfo, "addrlimit: request limited"
 	switch {
 	case d.Outcome != Limited && d.Degraded:
@@ -132,7 +120,7 @@ func (o *LogObserver) Observe(r *http.Request, d Decision) {
 		level, msg = slog.LevelWarn, "addrlimit: decision with an error"
 	case d.RetiredToken:
 		level, msg = slog.LevelError, "addrlimit: request with a retired internal token limited"
-	case credentialed:
+	case d.Credentialed:
 		level, msg = slog.LevelWarn, "addrlimit: request with credentials limited"
 	}
 	mode := "enforced"
@@ -142,19 +130,15 @@ func (o *LogObserver) Observe(r *http.Request, d Decision) {
 	attrs := []slog.Attr{
 		slog.String("policy", d.Policy),
 		slog.String("key", key),
-		slog.String("method", truncate(method, maxLogField)),
-		slog.String("path", truncate(path, maxLogField)),
+		slog.String("route", truncate(d.Route, maxLogField)),
 		slog.String("outcome", d.Outcome.String()),
 		slog.String("mode", mode),
 		slog.Int("cost", d.Cost),
 		slog.Int("remaining", d.Remaining),
 		slog.Duration("retry_after", time.Duration(headers.Seconds(d.RetryAfter))*time.Second), // whole seconds, as in Retry-After
-		slog.Bool("credentialed", credentialed),
+		slog.Bool("credentialed", d.Credentialed),
 		slog.Bool("retired_token", d.RetiredToken),
 		slog.Uint64("suppressed", suppressed),
-	}
-	if route != "" {
-		attrs = append(attrs, slog.String("route", truncate(route, maxLogField)))
 	}
 	if d.Degraded {
 		attrs = append(attrs, slog.Bool("degraded", true))
@@ -166,7 +150,7 @@ func (o *LogObserver) Observe(r *http.Request, d Decision) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	logger.LogAttrs(context.Background(), level, msg, attrs...)
+	logger.LogAttrs(ctx, level, msg, attrs...)
 }
 
 // truncate cuts s to at most n bytes without splitting a UTF-8 sequence,

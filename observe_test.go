@@ -74,13 +74,14 @@ func TestLogObserverFields(t *testing.T) {
 		require.Len(t, lines, 1)
 		want := map[string]string{
 			"msg": "addrlimit: request with credentials limited", "level": "WARN",
-			"key": "192.0.2.1", "method": "POST", "path": "/v1/progress", "outcome": "limited",
+			"key": "192.0.2.1", "route": "/v1/progress", "outcome": "limited",
 			"mode": "enforced", "remaining": "0", "retry_after": "1h0m0s", "credentialed": "true", "suppressed": "0",
 			"policy": "default", "cost": "1", "retired_token": "false",
 		}
 		for k, v := range want {
 			assert.Equal(t, v, lines[0][k], "field %s", k)
 		}
+		assert.Len(t, lines[0], len(want), "attributes: %v", lines[0])
 		assert.NotContains(t, rec.text(), "secret-query", "the query string was logged")
 	})
 }
@@ -122,7 +123,7 @@ func TestLogObserverBoundsEveryField(t *testing.T) {
 				total += len(v)
 			}
 			assert.Less(t, total, 2048, "a line of normal size")
-			assert.True(t, strings.HasSuffix(line["path"], "…"))
+			assert.True(t, strings.HasSuffix(line["route"], "…"))
 		}
 	})
 }
@@ -147,7 +148,7 @@ func TestLogObserverRetiredTokenAndKeyedDecisions(t *testing.T) {
 		assert.Equal(t, "true", lines[0]["retired_token"])
 		assert.NotContains(t, rec.text(), retiredSecret)
 		assert.Equal(t, "job-queue", lines[1]["key"])
-		assert.Equal(t, "", lines[1]["method"], "a keyed decision has no request")
+		assert.Equal(t, "", lines[1]["route"], "a keyed decision names no route")
 		assert.Equal(t, "INFO", lines[1]["level"])
 	})
 }
@@ -222,8 +223,8 @@ func TestObserver(t *testing.T) {
 	}
 	var got []seen
 	lim := mustNew(t, 1, time.Hour, addrlimit.WithExempt(tok.Match),
-		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) { got = append(got, seen{r.URL.Path, d}) }),
-		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) { got = append(got, seen{"second", d}) }))
+		addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { got = append(got, seen{d.Route, d}) }),
+		addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { got = append(got, seen{"second", d}) }))
 	h := lim.Handler(okHandler)
 	serve(h, req("192.0.2.1:1"))
 	serve(h, req("192.0.2.1:1", "Authorization", "Bearer "+secret))
@@ -295,11 +296,11 @@ func TestLogObserverRetiredTokenLineSurvivesAnAttackerOnTheSameKey(t *testing.T)
 		for minute := range 30 {
 			// The attacker's requests come first and keep coming.
 			for range 100 {
-				lo.Observe(req("198.51.100.7:1"), limited)
+				lo.Observe(context.Background(), limited)
 			}
-			lo.Observe(req("198.51.100.7:1"), retired)
+			lo.Observe(context.Background(), retired)
 			for range 100 {
-				lo.Observe(req("198.51.100.7:1"), limited)
+				lo.Observe(context.Background(), limited)
 			}
 			require.Equal(t, minute+1, retiredLines(rec), "ERROR lines after minute %d", minute+1)
 			time.Sleep(time.Minute)
@@ -312,17 +313,17 @@ func TestLogObserverRetiredTokenLineSurvivesAFloodOfOtherKeys(t *testing.T) {
 		rec := &recorder{}
 		lo, err := addrlimit.NewLogObserver(slog.New(rec), time.Minute)
 		require.NoError(t, err)
-		r := req("10.0.0.1:1")
+		ctx := context.Background()
 		keys := make([]string, 2000)
 		const minutes = 3 // the old observer logged the line in none of them
 		for minute := range minutes {
 			for second := range 60 {
 				for i := range keys { // 2,000 new keys limited per second
 					keys[i] = fmt.Sprintf("10.%d.%d.%d", minute, second, i)
-					lo.Observe(r, addrlimit.Decision{Outcome: addrlimit.Limited, Key: keys[i], Cost: 1})
+					lo.Observe(ctx, addrlimit.Decision{Outcome: addrlimit.Limited, Key: keys[i], Cost: 1})
 				}
 				if second == 30 {
-					lo.Observe(r, addrlimit.Decision{Outcome: addrlimit.Limited, Key: "192.0.2.5", Cost: 1, RetiredToken: true})
+					lo.Observe(ctx, addrlimit.Decision{Outcome: addrlimit.Limited, Key: "192.0.2.5", Cost: 1, RetiredToken: true})
 				}
 				time.Sleep(time.Second)
 			}
@@ -338,11 +339,11 @@ func TestLogObserverBoundsRetiredTokenLines(t *testing.T) {
 		lo, err := addrlimit.NewLogObserver(slog.New(rec), time.Minute)
 		require.NoError(t, err)
 		for i := range 20_000 { // a leaked old secret used from 20,000 addresses
-			lo.Observe(nil, addrlimit.Decision{Outcome: addrlimit.Limited, Key: fmt.Sprint("k", i), Cost: 1, RetiredToken: true})
+			lo.Observe(context.Background(), addrlimit.Decision{Outcome: addrlimit.Limited, Key: fmt.Sprint("k", i), Cost: 1, RetiredToken: true})
 		}
 		assert.Equal(t, 101, retiredLines(rec), "ERROR lines of 20,000 keys in one interval")
 		time.Sleep(time.Minute)
-		lo.Observe(nil, addrlimit.Decision{Outcome: addrlimit.Limited, Key: "k-late", Cost: 1, RetiredToken: true})
+		lo.Observe(context.Background(), addrlimit.Decision{Outcome: addrlimit.Limited, Key: "k-late", Cost: 1, RetiredToken: true})
 		assert.Equal(t, 102, retiredLines(rec), "a new key in the next interval has its line")
 	})
 }
@@ -359,8 +360,7 @@ func TestLogObserverLogsThePathUnderACatchAllPattern(t *testing.T) {
 		}
 		lines := rec.lines()
 		require.Len(t, lines, 1, "one line per key per interval")
-		assert.Equal(t, "/login", lines[0]["path"], "line %v", lines[0])
-		assert.Equal(t, "/", lines[0]["route"], "the pattern is kept apart: %v", lines[0])
+		assert.Equal(t, "/login", lines[0]["route"], "the path, not the pattern: %v", lines[0])
 	})
 }
 

@@ -1,6 +1,7 @@
 package addrlimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -26,7 +27,7 @@ type config struct {
 	token     *InternalToken
 	denied    http.Handler
 	maxKeys   int
-	observers []func(*http.Request, Decision)
+	observers []func(context.Context, Decision)
 	dryRun    bool
 	store     Store
 	headers   HeaderStyle
@@ -147,12 +148,13 @@ func WithPolicySelector(f PolicySelector) Option {
 // GraphQL query may cost more than a single read. f is called concurrently,
 // once per counted request, before the handler runs.
 //
-// A cost above the policy's burst can never be paid: the request is refused
-// with ErrCostOverBurst by the policy alone (no Store call, so a flood of
-// them costs a remote store nothing) and charged nothing. Handler answers it
+// A cost above the policy's burst (its smallest, with several limits) can
+// never be paid: the request is refused with ErrCostOverBurst by the policy
+// alone (no Store call, so a flood of them costs a remote store nothing)
+// and charged nothing. Handler answers it
 // 413 Content Too Large, without Retry-After (no wait makes it possible; a
 // 413 tells the client to send less) and without quota fields: the bucket
-// was not asked, so its quota is unknown (Decision.Limit 0).
+// was not asked, so its quota is unknown (Decision.QuotaUnknown).
 // A WithDeniedHandler handler recognises the case by
 // errors.Is(d.Err, addrlimit.ErrCostOverBurst). A cost below 1 is charged
 // as 1 and reported as ErrInvalidCost; it is never a refund.
@@ -180,7 +182,7 @@ func WithCost(f func(r *http.Request) int) Option {
 // panics is not refunded either. The
 // ResponseWriter the handler gets keeps http.Flusher, http.Hijacker and
 // io.ReaderFrom working and supports http.ResponseController through Unwrap.
-// Allow, AllowAs and AllowKey never refund on their own; see Limiter.Refund.
+// Allow, Decide and AllowKey never refund on their own; see Limiter.Refund.
 func WithRefund(f func(status int) bool) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -265,12 +267,11 @@ func WithMaxKeys(n int) Option {
 }
 
 // WithObserver adds a function that is told every decision, exempt ones
-// included: synchronously, once per request, before the response is written.
-// Observers run in the order they were added; each call of WithObserver adds
-// one. f is called concurrently and should be quick (log or count, no I/O on
-// the request path); see LogObserver for a rate-limited logger. For
-// decisions of AllowKey, which has no request, f gets a nil *http.Request.
-func WithObserver(f func(*http.Request, Decision)) Option {
+// included, with its context (the request's, or Decide's and AllowKey's
+// ctx): synchronously, before the response is written, in the order the
+// observers were added. f is called concurrently and should be quick (log
+// or count, no I/O); see LogObserver for a rate-limited logger.
+func WithObserver(f func(context.Context, Decision)) Option {
 	return func(c *config) error {
 		if f == nil {
 			return errors.New("addrlimit: WithObserver given a nil function")

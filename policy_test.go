@@ -77,7 +77,7 @@ func TestPolicySelectorFailuresFallBackToTheDefault(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var seen []addrlimit.Decision
 			lim := mustNew(t, 1, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Limits: []addrlimit.Limit{{Burst: 100, Interval: time.Hour / 100}}}), addrlimit.WithPolicySelector(tc.sel),
-				addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { seen = append(seen, d) }))
+				addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { seen = append(seen, d) }))
 			got := codes(lim.Handler(okHandler), 3, func() *http.Request { return req("192.0.2.1:1") })
 			assert.Equal(t, []int{200, 429, 429}, got, "charged to the default policy under the address")
 			for _, d := range seen {

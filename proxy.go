@@ -114,16 +114,13 @@ func (t *TrustedProxies) ClientAddr(r *http.Request) (netip.Addr, error) {
 	return t.resolve(peer, r.Header[t.header])
 }
 
-// ClientAddrFrom is ClientAddr for protocols without an *http.Request (gRPC:
-// the peer from peer.FromContext, the values from metadata under
-// strings.ToLower(t.Header())): peer is the connection's peer address, values
-// every line of the header in order. The rules, the normalisation and the
-// errors are those of ClientAddr. The zero peer stands for a Unix socket
-// peer: it gives ErrNoClientAddress unless WithUnixSocket trusts it, and then
-// the header is believed. So pass the zero peer only for a connection known
-// to be a Unix socket; for a peer whose address could not be read (a nil
-// peer, an in-memory pipe) do not call ClientAddrFrom with WithUnixSocket,
-// or a client of that transport names any address.
+// ClientAddrFrom is ClientAddr for a Call of another protocol (gRPC: the
+// peer's address, and the metadata under strings.ToLower(t.Header())): peer
+// is the connection's peer address, values every line of the header in
+// order; rules and errors are ClientAddr's. The zero peer stands for a Unix
+// socket peer, which only WithUnixSocket trusts: pass it only for a
+// connection known to be one, or a client of that transport names any
+// address.
 func (t *TrustedProxies) ClientAddrFrom(peer netip.Addr, values []string) (netip.Addr, error) {
 	if !peer.IsValid() && !t.unix {
 		return netip.Addr{}, ErrNoClientAddress

@@ -229,7 +229,7 @@ func TestTrustedProxyEndToEnd(t *testing.T) {
 	proxies, err := addrlimit.NewTrustedProxies("X-Forwarded-For", lbRange)
 	require.NoError(t, err)
 	var warnings int
-	lim := mustNew(t, 5, time.Hour, addrlimit.WithKeyFunc(proxies.Key), addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) {
+	lim := mustNew(t, 5, time.Hour, addrlimit.WithKeyFunc(proxies.Key), addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) {
 		if d.Err != nil {
 			warnings++
 		}
@@ -336,7 +336,7 @@ func TestUnixSocketPeer(t *testing.T) {
 			}
 			var keys []string
 			lim := mustNew(t, 2, time.Hour, addrlimit.WithKeyFunc(tp.Key),
-				addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) { keys = append(keys, d.Key) }))
+				addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { keys = append(keys, d.Key) }))
 			sock := filepath.Join(t.TempDir(), "api.sock")
 			ln, err := net.Listen("unix", sock)
 			require.NoError(t, err)

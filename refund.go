@@ -9,7 +9,7 @@ import (
 )
 
 // Refund gives back the tokens that an allowed decision d of this
-// Limiter's Allow, AllowAs or AllowKey charged, as WithRefund does for
+// Limiter's Allow, Decide or AllowKey charged, as WithRefund does for
 // Handler: for callers that decide with Allow and learn the outcome
 // afterwards (a gin middleware that counts only failed logins refunds when
 // c.Writer.Written() and the status is below 400). Call it at most once per

@@ -75,23 +75,17 @@ func (d *Decision) overBurst() bool {
 }
 
 // Respond writes what Handler writes for d before it would call the next
-// handler, for callers of Allow whose framework has no slot for net/http
-// middleware (gin) or who decide elsewhere: nothing for an Exempt decision,
-// the quota fields for a counted one, and for a denied one the whole refusal
-// Handler sends (the fields, Retry-After, Cache-Control: no-store and 429
-// Too Many Requests with the fixed body, 413 Content Too Large for a cost
-// over the burst, 503 when the store failed under FailClosed, or the
-// WithDeniedHandler response). It reports whether it refused the request:
-// then do not serve it (in gin, c.Abort()). r is the request being answered
-// (a WithDeniedHandler handler gets it).
+// handler, for callers of Allow (gin): nothing for an Exempt decision, the
+// quota fields for a counted one, and for a denied one Handler's whole
+// refusal (429, 413, 503 or the WithDeniedHandler response, which gets r).
+// It reports whether it refused the request: then do not serve it (in gin,
+// c.Abort()).
 //
-// d must be a decision of this Limiter (Allow, AllowAs or AllowKey). One of
-// a policy the Limiter does not have gets no quota fields, and if denied,
-// the refusal of an unknown quota (503 with Retry-After: 1, or 413 for
-// ErrCostOverBurst): it is still refused. A Decision with no outcome (the
-// zero Decision, as DecisionFromContext returns when it finds none) is
-// refused that way too: nothing that is not a decision lets a request
-// through.
+// d must be a decision of this Limiter. One of another policy gets no quota
+// fields and, if denied, the refusal of an unknown quota (503 with
+// Retry-After: 1, or 413 for ErrCostOverBurst). A Decision with no outcome
+// (the zero Decision) is refused that way too: nothing that is not a
+// decision lets a request through.
 func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (refused bool) {
 	l.mustBeBuilt()
 	if d.Outcome == Exempt {
@@ -111,6 +105,23 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 		}
 	}
 	return l.write(w, r, ps, &d)
+}
+
+// QuotaFields calls set with the lower-case name and the value of each
+// quota field Handler sends for d (per WithHeaders), rendered by the same
+// code, for other transports (gRPC metadata). Retry-After is not one of
+// them. Nothing is set for an Exempt decision, an unknown quota, a
+// Decision this Limiter did not make, or under HeaderNone.
+func (l *Limiter) QuotaFields(d Decision, set func(name, value string)) {
+	l.mustBeBuilt()
+	ps := l.byName[d.Policy]
+	if ps == nil || d.ps != ps || d.Outcome != Allowed && d.Outcome != Limited {
+		return
+	}
+	var each [MaxLimits]headers.Member
+	st := ps.state(&d, false, &each)
+	st.Denied = false
+	ps.headers.Fields(st, set)
 }
 
 // refuse writes the response of a denied request: the WithDeniedHandler

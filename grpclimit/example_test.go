@@ -21,7 +21,7 @@ import (
 
 // A health server whose Check calls are limited to 2 per hour per client
 // address, and whose List calls cost 2 tokens of a separate policy; the
-// internal token passes unlimited.
+// internal token passes unlimited. Observers see the method as the route.
 func Example() {
 	tok, err := addrlimit.NewInternalToken("example-internal-secret-0123456789")
 	if err != nil {
@@ -29,6 +29,11 @@ func Example() {
 	}
 	lim, err := addrlimit.New(2, time.Hour,
 		addrlimit.WithInternalToken(tok),
+		addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) {
+			if d.Denied() {
+				fmt.Println("observed:", d.Outcome, d.Route)
+			}
+		}),
 		addrlimit.WithPolicy(addrlimit.Policy{Name: "list", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Hour / 10}}}))
 	if err != nil {
 		log.Fatal(err)
@@ -79,6 +84,7 @@ func Example() {
 	// Output:
 	// OK
 	// OK
+	// observed: limited /grpc.health.v1.Health/Check
 	// ResourceExhausted
 	// retry in 30m0s pushback 30m0s
 	// internal: OK

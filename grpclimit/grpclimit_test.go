@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -40,18 +39,14 @@ type observed struct {
 
 type observation struct {
 	at     time.Time
-	method string // r.Method + " " + r.URL.Path
+	method string // d.Route: the full method ("" for AllowKey)
 	d      addrlimit.Decision
 }
 
-func (o *observed) observe(r *http.Request, d addrlimit.Decision) {
+func (o *observed) observe(_ context.Context, d addrlimit.Decision) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	method := "" // AllowKey: no request
-	if r != nil {
-		method = r.Method + " " + r.URL.Path
-	}
-	o.list = append(o.list, observation{time.Now(), method, d})
+	o.list = append(o.list, observation{time.Now(), d.Route, d})
 }
 
 func (o *observed) all() []observation {
@@ -206,7 +201,7 @@ func TestStreamChargedOnceAtOpen(t *testing.T) {
 	}
 	var n int
 	for _, o := range obs.all() {
-		if o.method != "POST "+watchMethod {
+		if o.method != watchMethod {
 			t.Errorf("observer saw %q, want the stream's method", o.method)
 		}
 		n++
@@ -302,7 +297,7 @@ func TestPerMethodPolicyAndCost(t *testing.T) {
 			t.Fatalf("List %d: %v", n+1, err)
 		}
 		o := obs.last(t)
-		if o.d.Policy != "list" || o.d.Cost != 2 || o.method != "POST "+listMethod {
+		if o.d.Policy != "list" || o.d.Cost != 2 || o.method != listMethod {
 			t.Fatalf("List %d decided %+v for %q; want policy list, cost 2", n+1, o.d, o.method)
 		}
 	}
@@ -310,7 +305,7 @@ func TestPerMethodPolicyAndCost(t *testing.T) {
 	wantCode(t, err, codes.ResourceExhausted, "third List (cost 2, burst 4)")
 	_, err = check(c, context.Background())
 	wantCode(t, err, codes.OK, "Check is under the default policy")
-	if o := obs.last(t); o.d.Policy != addrlimit.DefaultPolicyName || o.d.Cost != 1 || o.method != "POST "+checkMethod {
+	if o := obs.last(t); o.d.Policy != addrlimit.DefaultPolicyName || o.d.Cost != 1 || o.method != checkMethod {
 		t.Errorf("Check decided %+v for %q; want the default policy at cost 1", o.d, o.method)
 	}
 }
@@ -461,7 +456,7 @@ func TestClientRetryPolicyHonoursThePushback(t *testing.T) {
 		wantCode(t, err, codes.OK, "call "+strconv.Itoa(n+1)+" (retried until allowed)")
 		var attempts []observation
 		for _, o := range obs.all()[start:] {
-			if o.method == "POST "+checkMethod { // not the AllowKey decisions
+			if o.method == checkMethod { // not the AllowKey decisions
 				attempts = append(attempts, o)
 			}
 		}

@@ -129,7 +129,7 @@ func chat(t *testing.T, conn *grpc.ClientConn, ctx context.Context, n int) (grpc
 func decisionsFor(obs *observed, method string) int {
 	n := 0
 	for _, o := range obs.all() {
-		if o.method == "POST "+method {
+		if o.method == method {
 			n++
 		}
 	}

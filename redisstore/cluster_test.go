@@ -22,7 +22,12 @@ import (
 // loopback ports, killed when the test ends. A master that dies leaves its
 // slots unserved while the others keep serving theirs
 // (cluster-require-full-coverage no).
-func startCluster(t testing.TB) []*redisServer {
+func startCluster(t testing.TB) []*redisServer { return startClusterOf(t, 0) }
+
+// startClusterOf starts a Redis Cluster of three masters with replicas
+// replicas each (nodes[:3] are the masters), with a node timeout of 1 s, so
+// that a replica takes over a dead master within a few seconds.
+func startClusterOf(t testing.TB, replicas int) []*redisServer {
 	t.Helper()
 	needRedis(t)
 	if _, err := exec.LookPath("redis-cli"); err != nil {
@@ -30,22 +35,23 @@ func startCluster(t testing.TB) []*redisServer {
 	}
 	var nodes []*redisServer
 	args := []string{"--cluster", "create"}
-	for range 3 {
+	for range 3 * (1 + replicas) {
 		srv := startServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "1000", "--cluster-require-full-coverage", "no")
+			"--cluster-node-timeout", "1000", "--cluster-require-full-coverage", "no", "--repl-diskless-sync-delay", "0")
 		nodes = append(nodes, srv)
 		args = append(args, srv.addr())
 	}
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
+	known := fmt.Sprint("cluster_known_nodes:", len(nodes))
 	deadline := time.Now().Add(30 * time.Second)
 	for _, n := range nodes {
 		c := n.client(t)
 		for {
 			info, err := c.ClusterInfo(context.Background()).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, known) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -189,5 +195,231 @@ func BenchmarkClusterTake(b *testing.B) {
 				return err
 			})
 		})
+	}
+}
+
+// replicaSynced waits until every replica among nodes has its master link
+// up, so that a replica can take over when its master dies.
+func replicaSynced(t *testing.T, nodes []*redisServer) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range nodes {
+		c := n.client(t)
+		for {
+			info, err := c.Info(context.Background(), "replication").Result()
+			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %s not in sync: %q %v", n.addr(), info, err)
+			}
+			time.Sleep(20 * time.Millisecond) // polling for a state
+		}
+	}
+}
+
+// replicated waits until master's replica has acknowledged every write it
+// has made, and returns the replica's address.
+func replicated(t *testing.T, master *redisServer) string {
+	t.Helper()
+	c := master.client(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := c.Info(context.Background(), "replication").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var offset, acked int64 = -1, -1
+		var port string
+		for line := range strings.SplitSeq(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "master_repl_offset:"); ok {
+				offset, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if strings.HasPrefix(line, "slave0:") {
+				for field := range strings.SplitSeq(line, ",") {
+					if v, ok := strings.CutPrefix(field, "offset="); ok {
+						acked, _ = strconv.ParseInt(v, 10, 64)
+					}
+					if v, ok := strings.CutPrefix(field, "port="); ok {
+						port = v
+					}
+				}
+			}
+		}
+		if offset >= 0 && acked >= offset && port != "" {
+			return "127.0.0.1:" + port
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica of %s acknowledged offset %d of %d:\n%s", master.addr(), acked, offset, info)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for a state
+	}
+}
+
+// A master that has a replica is killed during traffic (3 masters + 3
+// replicas, cluster-node-timeout 1 s, the README's client options): its
+// replica is promoted within seconds, and the store must follow it. A
+// FailOpen and a FailLocal instance each ask every 5 ms for a key drained
+// before the kill, on the victim's slots, and for a key on a live master
+// (deny cache off: it would answer the drained key without Redis; store
+// timeout 500 ms, far above a round trip on a loaded machine). Bounds: no
+// decision of the victim's key is degraded later than 10 s after the kill
+// (the cluster's failover, then the store's probe reloads the slot map; 60 s
+// before, when only ClusterStateReloadInterval did); FailLocal lets nothing
+// through (it continues from Redis's denial), FailOpen at most what it
+// decided while degraded (≤ 2,000 at 200/s over 10 s); the promoted replica
+// still holds the drained bucket; the live master's key is never degraded.
+func TestClusterMasterFailover(t *testing.T) {
+	nodes := startClusterOf(t, 1)
+	replicaSynced(t, nodes)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.addr())
+	}
+	readme := func() *redis.ClusterClient {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	prefix := redisstore.WithKeyPrefix(testPrefix(t))
+	type run struct {
+		name string
+		lim  *addrlimit.Limiter
+		s    *redisstore.Store
+	}
+	var runs []*run
+	for _, fp := range []addrlimit.FailurePolicy{addrlimit.FailOpen, addrlimit.FailLocal} {
+		s := newStore(t, readme(), prefix, redisstore.WithDenyCache(0), redisstore.WithTimeout(500*time.Millisecond))
+		lim, err := addrlimit.New(5, time.Hour, addrlimit.WithStore(s), addrlimit.WithStoreFailure(fp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, &run{fp.String(), lim, s})
+	}
+	// A key per instance on the victim's slots, and one on another master.
+	cc := readme()
+	ctx := context.Background()
+	pol := runs[0].lim.Policies()[0]
+	masterOf := func(addr string) string {
+		m, err := cc.MasterForKey(ctx, runs[0].s.RedisKey(addr, pol))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Options().Addr
+	}
+	victim := masterOf("192.0.2.1")
+	var victimKeys []string
+	var liveKey string
+	for i := 1; len(victimKeys) < len(runs) || liveKey == ""; i++ {
+		addr := fmt.Sprintf("192.0.2.%d", i)
+		switch m := masterOf(addr); {
+		case m == victim && len(victimKeys) < len(runs):
+			victimKeys = append(victimKeys, addr)
+		case m != victim && liveKey == "":
+			liveKey = addr
+		}
+	}
+	for i, r := range runs {
+		for range 5 {
+			if d := r.lim.Allow(req(victimKeys[i] + ":1")); d.Outcome != addrlimit.Allowed || d.Degraded {
+				t.Fatalf("%s: draining: %+v", r.name, d)
+			}
+		}
+		if d := r.lim.Allow(req(victimKeys[i] + ":1")); d.Outcome != addrlimit.Limited || d.Degraded {
+			t.Fatalf("%s: the drained key: %+v", r.name, d)
+		}
+	}
+	var srv *redisServer
+	for _, n := range nodes {
+		if n.addr() == victim {
+			srv = n
+		}
+	}
+	// Replication is asynchronous: a write the replica has not received is
+	// lost in a failover. The drained buckets must be on the replica.
+	replica := replicated(t, srv)
+	const window, rate, bound = 12 * time.Second, 5 * time.Millisecond, 10 * time.Second
+	type result struct {
+		lastDegraded       time.Duration // after the kill
+		degraded, allowed  int
+		decisions          int
+		liveDegraded       int
+		allowedAfterReturn int
+	}
+	results := make([]result, len(runs))
+	killed := make(chan time.Time, len(runs)+1)
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		wg.Go(func() {
+			res := &results[i]
+			tick := time.NewTicker(rate)
+			defer tick.Stop()
+			at := <-killed
+			for now := range tick.C {
+				if now.Sub(at) > window {
+					return
+				}
+				d := r.lim.Allow(req(victimKeys[i] + ":1"))
+				res.decisions++
+				if d.Outcome == addrlimit.Allowed {
+					res.allowed++
+				}
+				if d.Degraded {
+					res.degraded++
+					res.lastDegraded = time.Since(at)
+				} else if d.Outcome == addrlimit.Allowed {
+					res.allowedAfterReturn++
+				}
+				if d := r.lim.Allow(req(liveKey + ":1")); d.Degraded {
+					res.liveDegraded++
+				}
+			}
+		})
+	}
+	rc := redis.NewClient(&redis.Options{Addr: replica})
+	t.Cleanup(func() { rc.Close() })
+	var promoted time.Duration
+	wg.Go(func() { // when the replica becomes a master
+		at := <-killed
+		for time.Since(at) < window {
+			if role, err := rc.Do(ctx, "ROLE").Slice(); err == nil && len(role) > 0 && role[0] == "master" {
+				promoted = time.Since(at)
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // polling for a state
+		}
+	})
+	at := time.Now()
+	srv.stop()
+	for range len(runs) + 1 {
+		killed <- at
+	}
+	wg.Wait()
+	t.Logf("replica %s promoted %.1f s after the kill", replica, promoted.Seconds())
+	for i, r := range runs {
+		res := results[i]
+		t.Logf("%s: %d decisions over %v after the kill, %d degraded, the last %.1f s after the kill; %d allowed (%d undegraded); %d of the live master's degraded",
+			r.name, res.decisions, window, res.degraded, res.lastDegraded.Seconds(), res.allowed, res.allowedAfterReturn, res.liveDegraded)
+	}
+	for i, r := range runs {
+		res := results[i]
+		if res.degraded == 0 {
+			t.Fatalf("%s: no degraded decision: the kill was not seen", r.name)
+		}
+		if res.lastDegraded > bound {
+			t.Errorf("%s: degraded until %.1f s after the kill, want at most %v", r.name, res.lastDegraded.Seconds(), bound)
+		}
+		if res.allowedAfterReturn != 0 {
+			t.Errorf("%s: the promoted replica allowed %d requests of a drained key, want 0", r.name, res.allowedAfterReturn)
+		}
+		if res.liveDegraded != 0 {
+			t.Errorf("%s: %d decisions of a live master's key degraded, want 0", r.name, res.liveDegraded)
+		}
+	}
+	if n := results[1].allowed; n != 0 {
+		t.Errorf("FailLocal let %d requests of a drained key through, want 0", n)
+	}
+	if n := results[0].allowed; n > int(bound/rate) {
+		t.Errorf("FailOpen let %d requests of a drained key through, want at most %d (%v at one per %v)", n, bound/rate, bound, rate)
 	}
 }

@@ -87,7 +87,7 @@ func newInstance(t testing.TB, c redis.UniversalClient, limit int, per time.Dura
 		t.Fatal(err)
 	}
 	in := &instance{store: s}
-	lopts = append([]addrlimit.Option{addrlimit.WithStore(s), addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) {
+	lopts = append([]addrlimit.Option{addrlimit.WithStore(s), addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) {
 		if d.Degraded {
 			in.mu.Lock()
 			in.errs = append(in.errs, d.Err)

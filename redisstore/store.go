@@ -40,12 +40,17 @@
 // # Failures
 //
 // Every round trip is bounded by WithTimeout; the time a call waits for a
-// shared round trip is not, and is never a failure. A failed call returns an
-// error starting with "redisstore: ", and the Limiter's failure policy
+// shared round trip is not, and is never a failure. go-redis opens a
+// connection inside the call that needs it (TCP, HELLO, CLIENT SETINFO:
+// several round trips), so a round trip to a node with no idle connection
+// in its pool is bounded by 4 × WithTimeout instead. A failed call returns
+// an error starting with "redisstore: ", and the Limiter's failure policy
 // (addrlimit.WithStoreFailure) decides. After consecutive failed round trips
 // to a Redis node (WithBreaker), calls that need the node fail at once with
-// ErrCircuitOpen until a background probe gets an answer. No goroutine runs
-// while Redis is healthy, and nothing needs closing.
+// ErrCircuitOpen until a background probe gets an answer; on a Cluster, the
+// probe also reloads the slot map, so that calls follow a replica that took
+// over the node's slots. No goroutine runs while Redis is healthy, and
+// nothing needs closing.
 //
 // A local deny cache (WithDenyCache) denies without a round trip every Take
 // that Redis's last denial of the key proves cannot be paid yet. It forgets
@@ -63,8 +68,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/addrlimit/addrlimit"
@@ -119,6 +126,12 @@ func WithKeyPrefix(p string) Option {
 // WithTimeout bounds each round trip to Redis (default 50 ms); it must be
 // positive. Set it well above a healthy round trip to your Redis. The time a
 // call waits for a shared round trip is not part of it and never a failure.
+// A round trip that must first open a connection (none is idle in the
+// go-redis pool of its node: at start, after a failure) is bounded by 4 ×
+// the timeout, and so is the breaker's probe: opening a connection takes
+// go-redis several round trips. A node gets that once per outage: after it
+// refused a connection or failed such a round trip, not again until it
+// answers.
 func WithTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d <= 0 {
@@ -146,8 +159,12 @@ func WithDenyCache(maxKeys int) Option {
 // errors, a round trip that outlived the timeout, CLUSTERDOWN, LOADING, OOM and
 // the like; never the time a call spent queued for a batch, an error about
 // one key's value, or the caller's own context ending), and while open a
-// background probe pings the node every probeEvery. failures must be at least 1 and probeEvery at least
-// 1 ms. Defaults: 3 and 500 ms.
+// background probe connects to the node every probeEvery (with 4 × the
+// timeout, see WithTimeout) and closes the circuit at its first answer. On
+// a Cluster the probe also reloads the slot map each time, and closes the
+// circuit of a node that masters no slot any more: once a replica took over,
+// calls go to it. failures must be at least 1 and probeEvery at least 1 ms.
+// Defaults: 3 and 500 ms.
 func WithBreaker(failures int, probeEvery time.Duration) Option {
 	return func(s *Store) error {
 		if failures < 1 || failures > 1<<20 {
@@ -178,18 +195,23 @@ func WithMaxBatch(n int) Option {
 // New returns a store that keeps buckets in client. The caller owns client;
 // the store never closes it. A go-redis client must be configured with
 // ContextTimeoutEnabled: true, so that the per-call timeout bounds network
-// reads; New rejects one that is not. New also reads Redis's maxmemory and
-// maxmemory-policy (CONFIG GET, on every master of a Cluster, within the
-// timeout or one second, whichever is longer) and refuses a Redis that may
-// evict buckets, unless WithEvictionAccepted (see there for why). A Redis
-// that refuses CONFIG or does not answer is not checked; New then returns
-// after that bound at most.
+// reads, and without MinIdleConns, whose connections would open inside a
+// decision (see WithTimeout); New rejects one that is not. New also reads
+// Redis's maxmemory and maxmemory-policy (CONFIG GET, on every master of a
+// Cluster, within the timeout or one second, whichever is longer) and
+// refuses a Redis that may evict buckets, unless WithEvictionAccepted (see
+// there for why). A Redis that refuses CONFIG or does not answer is not
+// checked; New then returns after that bound at most.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	if !contextTimeouts(client) {
+	contextTimeouts, minIdleConns := clientOptions(client)
+	if !contextTimeouts {
 		return nil, errors.New("redisstore: the client must have ContextTimeoutEnabled: true in its options; otherwise go-redis ignores the per-call timeout and waits for its ReadTimeout (3 s by default) when Redis hangs")
+	}
+	if minIdleConns > 0 {
+		return nil, fmt.Errorf("redisstore: the client must have MinIdleConns 0, got %d: go-redis opens those connections without their handshake (HELLO, CLIENT SETINFO), which then runs inside a decision's timeout, on a slow link every decision's; the store opens the connections it needs itself, with a longer timeout", minIdleConns)
 	}
 	s := &Store{
 		client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, deny: newDenyCache(DefaultDenyCacheMax),
@@ -210,18 +232,82 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		s.batch.send = s.send
 	}
 	s.cluster, _ = client.(*redis.ClusterClient)
-	s.single = s.newBreaker(client.Ping)
+	s.single = s.newBreaker(client)
 	if err := s.checkMemoryPolicy(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Store) newBreaker(ping func(context.Context) *redis.StatusCmd) *breaker {
-	return &breaker{
-		threshold: int32(s.failures), probeEvery: s.probeEvery, timeout: s.timeout,
-		ping: func(ctx context.Context) error { return ping(ctx).Err() },
+// newBreaker returns a breaker for the node that c reaches: all of Redis,
+// or one Cluster node.
+func (s *Store) newBreaker(c redis.UniversalClient) *breaker {
+	_, single := s.client.(*redis.Client)
+	b := &breaker{
+		threshold: int32(s.failures), probeEvery: s.probeEvery, connectTimeout: connectFactor * s.timeout,
+		connect: func(ctx context.Context) error { return s.connect(ctx, c, !single) },
 	}
+	if node, ok := c.(*redis.Client); ok {
+		b.idle = func(pipelined bool) int { return idleConns(node, pipelined) }
+	}
+	return b
+}
+
+// connectFactor × WithTimeout bounds a round trip that opens a connection,
+// and a probe: go-redis opens a connection inside the call that needs it,
+// with a TCP handshake, HELLO and CLIENT SETINFO (and TLS, if used) before
+// the command, several round trips where a call has room for about one.
+const connectFactor = 4
+
+// idleConns returns how many idle connections c's pool holds: the main
+// pool, or, for a pipeline, the pipeline pool (the main one if c has none).
+func idleConns(c *redis.Client, pipelined bool) int {
+	st := c.PoolStats()
+	if pipelined && st.PipelineStats != nil {
+		return int(st.PipelineStats.IdleConns)
+	}
+	return int(st.IdleConns)
+}
+
+// connect opens the connections that the store's round trips to c use at
+// once (maxInflight, and as many for pipelines), each with a command that
+// needs an answer; one of them loads the script. Any answer from Redis
+// (one that is not an outage) is success: the node serves.
+func (s *Store) connect(ctx context.Context, c redis.UniversalClient, pipelines bool) error {
+	n := maxInflight
+	if pipelines {
+		n *= 2
+	}
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			switch {
+			case i == 0:
+				errs <- s.script.Load(ctx, c).Err()
+			case i < maxInflight:
+				errs <- c.Ping(ctx).Err()
+			default:
+				_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+					p.Ping(ctx)
+					return nil
+				})
+				errs <- err
+			}
+		}()
+	}
+	answered, failed := false, error(nil)
+	for range n {
+		switch err := <-errs; {
+		case err == nil || !isOutage(err):
+			answered = true
+		case failed == nil:
+			failed = err
+		}
+	}
+	if answered {
+		return nil
+	}
+	return failed
 }
 
 // CheckPolicy implements addrlimit.PolicyChecker: it refuses a policy whose
@@ -359,19 +445,52 @@ func outage(calls []*call) error {
 }
 
 // roundTrip sends calls to Redis and stores each call's answer or error.
+// It is bounded by the store's timeout, or by connectFactor times that if a
+// node it needs may have no idle connection left for it: go-redis then
+// opens one first. A node that fails such a round trip gets no longer
+// timeout again until it answers (breaker.unreachable).
 func (s *Store) roundTrip(ctx context.Context, calls []*call) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+	_, single := s.client.(*redis.Client)
+	pipelined := !single && len(calls) > 1
+	var buf [4]*breaker
+	nodes := buf[:0]
+	for _, c := range calls {
+		if !slices.Contains(nodes, c.br) {
+			nodes = append(nodes, c.br)
+		}
+	}
+	extended := false
+	for _, b := range nodes {
+		if b.mustConnect(pipelined) { // on every node: it counts the round trip
+			extended = true
+		}
+	}
+	timeout := s.timeout
+	if extended {
+		timeout *= connectFactor
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	now := time.Now()
 	for _, c := range calls {
 		c.sent = now
 	}
-	if _, single := s.client.(*redis.Client); single || len(calls) == 1 {
-		s.script.run(ctx, s.client, calls)
-		return
+	if pipelined {
+		// A Cluster's keys are in different slots, maybe on different nodes.
+		s.script.runPipelined(rctx, s.client, calls)
+	} else {
+		s.script.run(rctx, s.client, calls)
 	}
-	// A Cluster's keys are in different slots, maybe on different nodes.
-	s.script.runPipelined(ctx, s.client, calls)
+	cancel()
+	for _, b := range nodes {
+		b.roundTrips.Add(-1)
+	}
+	if extended && ctx.Err() == nil {
+		for _, c := range calls {
+			if c.err != nil && isOutage(c.err) {
+				c.br.unreachable.Store(true)
+			}
+		}
+	}
 }
 
 // breakerFor returns the breaker of the node that holds rkey: the one
@@ -388,8 +507,30 @@ func (s *Store) breakerFor(ctx context.Context, rkey string) *breaker {
 	if b, ok := s.breakers.Load(addr); ok {
 		return b.(*breaker)
 	}
-	b, _ := s.breakers.LoadOrStore(addr, s.newBreaker(node.Ping))
-	return b.(*breaker)
+	b := s.newBreaker(node)
+	b.gone = func(ctx context.Context) bool {
+		if !s.masterGone(ctx, addr) {
+			return false
+		}
+		s.breakers.CompareAndDelete(addr, b)
+		return true
+	}
+	actual, _ := s.breakers.LoadOrStore(addr, b)
+	return actual.(*breaker)
+}
+
+// masterGone reloads the Cluster's slot map and reports whether it has no
+// master at addr any more (a replica took over its slots). It reports
+// false when the slot map cannot be loaded.
+func (s *Store) masterGone(ctx context.Context, addr string) bool {
+	var found atomic.Bool
+	err := s.cluster.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		if m.Options().Addr == addr {
+			found.Store(true)
+		}
+		return nil
+	})
+	return err == nil && !found.Load()
 }
 
 // checkPolicy validates p and n and returns p's one limit and its refill
@@ -420,19 +561,22 @@ func checkPolicy(p addrlimit.Policy, n int) (addrlimit.Limit, time.Duration, err
 	return lim, interval, nil
 }
 
-// contextTimeouts reports whether a go-redis client applies context
-// deadlines to network reads. Other UniversalClient implementations are
-// trusted to.
-func contextTimeouts(c redis.UniversalClient) bool {
+// clientOptions reports whether a go-redis client applies context
+// deadlines to network reads, and its MinIdleConns. Other UniversalClient
+// implementations are trusted to, with none.
+func clientOptions(c redis.UniversalClient) (contextTimeouts bool, minIdleConns int) {
 	switch c := c.(type) {
 	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return o.ContextTimeoutEnabled, o.MinIdleConns
 	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return o.ContextTimeoutEnabled, o.MinIdleConns
 	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return o.ContextTimeoutEnabled, o.MinIdleConns
 	}
-	return true
+	return true, 0
 }
 
 // RedisKey returns the Redis key that holds key's bucket under p.

@@ -247,7 +247,9 @@ func (e *engine) decide(rec *record) addrlimit.Decision {
 		}
 		e.hasAuth = auth
 	}
-	return e.lim.Allow(r)
+	d := e.lim.Allow(r)
+	d.Route = "" // the path, transient: it points into the line
+	return d
 }
 
 // hasIdentity reports whether a log's identity field names one ("", "-"
@@ -258,8 +260,9 @@ func hasIdentity(id []byte) bool {
 
 // transient is b as a string without a copy, for the request fields of one
 // decision: the Limiter reads them during Allow and keeps none of them
-// (Decision.Key is a string of its own), and b is not changed until Allow
-// returns. Nothing else may hold the result.
+// (Decision.Key is a string of its own; decide drops Decision.Route, the
+// path), and b is not changed until Allow returns. Nothing else may hold
+// the result.
 func transient(b []byte) string {
 	if len(b) == 0 {
 		return ""

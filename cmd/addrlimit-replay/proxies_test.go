@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -139,9 +140,9 @@ func startProxiedApp(t *testing.T) *proxiedApp {
 		t.Fatal(err)
 	}
 	lim, err := addrlimit.New(3, time.Hour, addrlimit.WithKeyFunc(proxies.Key), addrlimit.WithInternalToken(tok),
-		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) {
+		addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) {
 			a.mu.Lock()
-			a.seen[r.URL.Path] = d
+			a.seen[d.Route] = d
 			a.mu.Unlock()
 		}))
 	if err != nil {

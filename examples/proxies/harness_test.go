@@ -128,7 +128,8 @@ func startApp(t *testing.T, l net.Listener, kf addrlimit.KeyFunc) *app {
 	}
 	opts := []addrlimit.Option{
 		addrlimit.WithInternalToken(tok),
-		addrlimit.WithObserver(func(r *http.Request, d addrlimit.Decision) {
+		addrlimit.WithObserver(func(ctx context.Context, d addrlimit.Decision) {
+			r := ctx.Value(requestKey{}).(*http.Request) // observers get the request's context
 			a.mu.Lock()
 			defer a.mu.Unlock()
 			a.seen[r.Header.Get("X-Test-ID")] = seen{d, r.Header.Values("X-Forwarded-For")}
@@ -142,14 +143,25 @@ func startApp(t *testing.T, l net.Listener, kf addrlimit.KeyFunc) *app {
 		t.Fatal(err)
 	}
 	srv := &http.Server{
-		Handler: lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		Handler: withRequest(lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			io.WriteString(w, "ok")
-		})),
+		}))),
 		ReadHeaderTimeout: time.Minute,
 	}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	return a
+}
+
+// requestKey is the context key under which withRequest puts the request.
+type requestKey struct{}
+
+// withRequest puts each request in its own context, where the observer
+// finds it.
+func withRequest(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, r)))
+	})
 }
 
 // tcpApp starts the app on a free loopback port.

@@ -84,7 +84,7 @@ type State struct {
 	Never      bool          // with Denied: no wait lets the request succeed, so no Retry-After
 	Unknown    bool          // the quota is unknown (the store failed): no quota fields
 	Tight      int           // several limits: the index of the limit the fields above describe
-	Each       []Member      // several limits: each limit, in the order given to New
+	Each       []Member      // several limits: each limit, in the order given to NewMulti
 }
 
 // Member is one limit of several as the RateLimit field reports it.
@@ -93,9 +93,9 @@ type Member struct {
 	NextToken time.Duration // its wait for one whole token; zero while Remaining > 0
 }
 
-// Limit is one limit of a policy, as New gets it.
+// Limit is one limit of a policy, as NewMulti gets it.
 type Limit struct {
-	Name     string // with several limits, its list member is "<policy>-<Name>"
+	Name     string // its list member is "<policy>-<Name>"
 	Burst    int
 	Interval time.Duration
 }
@@ -280,27 +280,9 @@ func (w *Writer) write(h http.Header, s State, status int) []byte {
 		dropLength(h)
 	}
 	c := w.arena.get(n)
-	remaining := max(s.Remaining, 0)
-	wait := wait(remaining, s.NextToken)
-	switch {
-	case style == Draft && w.each != nil:
-		c.set(h, fieldPolicy, w.policy)
-		c.set(h, fieldRateLimit, c.list(w.each, s.Each))
-	case style == Draft:
-		c.set(h, fieldPolicy, w.policy)
-		c.set(h, fieldRateLimit, w.rateLimit(c, remaining, wait))
-	case style == XRateLimit:
-		x := w
-		if w.each != nil {
-			x = w.each[s.Tight]
-		}
-		c.set(h, fieldXLimit, x.limit)
-		v, ok := x.remaining(remaining)
-		if !ok {
-			v = c.itoa(remaining)
-		}
-		c.set(h, fieldXRemaining, v)
-		c.set(h, fieldXReset, c.itoa(Seconds(s.ResetAfter)))
+	q := w.quota(c, style, s)
+	for i := range q.n {
+		c.set(h, names[q.field[i]].canonical, q.value[i])
 	}
 	if s.Denied {
 		if !s.Never {
@@ -314,6 +296,81 @@ func (w *Writer) write(h http.Header, s State, status int) []byte {
 	}
 	w.arena.put(c)
 	return body
+}
+
+// Fields calls set with the lower-case name (as HTTP/2 and gRPC metadata
+// carry it) and the value of each quota field that Write sets for s, in the
+// order Write sets them: none when s.Unknown or under None. The values are
+// those of Write, rendered by the same code (quota).
+func (w *Writer) Fields(s State, set func(name, value string)) {
+	if s.Unknown || w.style == None {
+		return
+	}
+	c := w.arena.get(0)
+	q := w.quota(c, w.style, s)
+	w.arena.put(c)
+	for i := range q.n {
+		set(names[q.field[i]].lower, q.value[i])
+	}
+}
+
+// A field is a quota field's index in names.
+type field uint8
+
+const (
+	policyField field = iota
+	rateLimitField
+	xLimitField
+	xRemainingField
+	xResetField
+)
+
+// names are the quota fields' names: canonical for http.Header, lower case
+// for Fields.
+var names = [...]struct{ canonical, lower string }{
+	policyField:     {fieldPolicy, "ratelimit-policy"},
+	rateLimitField:  {fieldRateLimit, "ratelimit"},
+	xLimitField:     {fieldXLimit, "x-ratelimit-limit"},
+	xRemainingField: {fieldXRemaining, "x-ratelimit-remaining"},
+	xResetField:     {fieldXReset, "x-ratelimit-reset"},
+}
+
+// quotaFields are the quota fields of one response, in order.
+type quotaFields struct {
+	n     int
+	field [3]field
+	value [3]string
+}
+
+// quota renders the quota fields of s in style (Draft or XRateLimit; none
+// otherwise), from the tables or into c: the one rendering behind Write and
+// Fields.
+func (w *Writer) quota(c *chunk, style uint8, s State) (q quotaFields) {
+	remaining := max(s.Remaining, 0)
+	switch style {
+	case Draft:
+		q.n = 2
+		q.field[0], q.value[0] = policyField, w.policy
+		if w.each != nil {
+			q.field[1], q.value[1] = rateLimitField, c.list(w.each, s.Each)
+			break
+		}
+		q.field[1], q.value[1] = rateLimitField, w.rateLimit(c, remaining, wait(remaining, s.NextToken))
+	case XRateLimit:
+		x := w
+		if w.each != nil {
+			x = w.each[s.Tight]
+		}
+		v, ok := x.remaining(remaining)
+		if !ok {
+			v = c.itoa(remaining)
+		}
+		q.n = 3
+		q.field[0], q.value[0] = xLimitField, x.limit
+		q.field[1], q.value[1] = xRemainingField, v
+		q.field[2], q.value[2] = xResetField, c.itoa(Seconds(s.ResetAfter))
+	}
+	return q
 }
 
 // wait is the RateLimit t of a limit with remaining tokens whose wait for

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,6 +316,17 @@ func FuzzWrite(f *testing.F) {
 		h := http.Header{}
 		w.Write(h, st)
 		checkHeader(t, "fuzz", h, reference(w, name, st))
+		fields := http.Header{}
+		w.Fields(st, func(name, value string) { fields[name] = append(fields[name], value) })
+		for k, v := range h {
+			if k != "Retry-After" && k != "Cache-Control" && !slices.Equal(fields[strings.ToLower(k)], v) {
+				t.Fatalf("Fields %s = %q, Write %q", strings.ToLower(k), fields[strings.ToLower(k)], v)
+			}
+			delete(fields, strings.ToLower(k))
+		}
+		if len(fields) > 0 {
+			t.Fatalf("Fields set %v, which Write does not", fields)
+		}
 		if w.style == Draft && w.policy != fmt.Sprintf(`"%s";q=%d;w=%d`, name, burst, Window(burst, time.Duration(ivl))) {
 			t.Fatalf("policy %q", w.policy)
 		}

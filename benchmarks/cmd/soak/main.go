@@ -201,7 +201,7 @@ func soak(c config, store string) (result, error) {
 	var allowed, limited, failed atomic.Int64
 	var whyMu sync.Mutex
 	why := map[string]int64{} // failure reasons, by error text
-	opts = append(opts, addrlimit.WithKeyFunc(proxies.Key), addrlimit.WithObserver(func(_ *http.Request, d addrlimit.Decision) {
+	opts = append(opts, addrlimit.WithKeyFunc(proxies.Key), addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) {
 		switch {
 		case d.Err != nil || d.Degraded:
 			failed.Add(1)
