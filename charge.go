@@ -152,7 +152,7 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 		l.keyErrors.Add(1)
 	}
 	a := l.store.take(ctx, ps, k, n)
-	d.record(ps, a)
+	d.record(ps, &a)
 	d.Cost, d.Err = n, err
 	if a.err != nil {
 		l.storeErrors.Add(1)
@@ -171,7 +171,7 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 func (l *Limiter) refuseCost(ps *policyState, n int, err error, d *Decision) {
 	l.keyErrors.Add(1)
 	ps.limited.Add(1)
-	d.record(ps, answer{unknown: true})
+	d.record(ps, &answer{unknown: true})
 	d.Cost, d.DryRun = n, l.dryRun
 	d.Err = join(err, ErrCostOverBurst)
 }
@@ -192,7 +192,7 @@ func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, k bucketKey
 // decision gets its quota, or is marked QuotaUnknown: the one place that
 // fact is written (Respond marks a Decision it cannot trust through it
 // too).
-func (d *Decision) record(ps *policyState, a answer) {
+func (d *Decision) record(ps *policyState, a *answer) {
 	d.Outcome, d.Policy, d.ps = Allowed, ps.Name, ps
 	if !a.Allowed {
 		d.Outcome = Limited

@@ -38,7 +38,7 @@ func newFailover(remote Store, policy FailurePolicy, local *memStore) *failover 
 // take is remote's Take, decided whatever the caller does: a client that
 // hangs up cancels r.Context() and must not get the failure policy for it
 // (remote's own timeout bounds the call).
-func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int) answer {
+func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int) (a answer) {
 	res, err := f.remoteTake(context.WithoutCancel(ctx), ps, k.s, n)
 	if err == nil {
 		res = ps.fill(res)
@@ -49,23 +49,22 @@ func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int
 		if !res.Allowed {
 			need = n
 		}
-		a := answer{Result: res, tight: ps.tightest(res, need)}
-		ps.count(a)
+		a = answer{Result: res, tight: ps.tightestOf(&res, need)}
+		ps.count(&a)
 		return a
 	}
-	var a answer
 	switch f.policy {
 	case FailOpen:
 		a = answer{Result: Result{Allowed: true}, err: err, unknown: true}
-		ps.count(a)
+		ps.count(&a)
 		return a
 	case FailClosed:
 		a = answer{Result: Result{RetryAfter: time.Second}, err: err, unknown: true}
-		ps.count(a)
+		ps.count(&a)
 		return a
 	}
 	allowed, _, fulls := ps.table.Take(k.hash, f.local.now(), int64(n)) // counted by the table
-	a = ps.taken(allowed, n, fulls)
+	a = ps.taken(allowed, n, &fulls)
 	a.err = err
 	if allowed && f.debts != nil {
 		ps.debts.add(k.s, n, f.local.now(), ps.tau(), ps.maxCost)
@@ -85,7 +84,7 @@ func (ps *policyState) fill(res Result) Result {
 // count counts a decision a that no local table took: remote's, or that of
 // FailOpen or FailClosed. (A table counts its own; refuseCost counts its
 // refusals.) A denial by a limit is counted for that limit too.
-func (ps *policyState) count(a answer) {
+func (ps *policyState) count(a *answer) {
 	switch {
 	case a.Allowed:
 		ps.allowed.Add(1)
@@ -118,7 +117,7 @@ func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, 
 func (f *failover) peek(ctx context.Context, ps *policyState, k bucketKey) answer {
 	res, err := f.remote.Peek(ctx, k.s, ps.Policy)
 	res = ps.fill(res)
-	return answer{Result: res, tight: ps.tightest(res, 1), err: err}
+	return answer{Result: res, tight: ps.tightestOf(&res, 1), err: err}
 }
 
 // refund gives n tokens back to the bucket that paid them: remote's, or the

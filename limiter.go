@@ -326,7 +326,7 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 		return Decision{}, a.err
 	}
 	var d Decision
-	d.record(ps, a)
+	d.record(ps, &a)
 	d.Key = key
 	return d, nil
 }

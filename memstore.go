@@ -17,7 +17,7 @@ import (
 // also Stores, so that storetest runs against exactly what production runs.
 type seam interface {
 	Store
-	// take charges n tokens to k's bucket under ps.
+	// take charges n tokens to k's buckets under ps.
 	take(ctx context.Context, ps *policyState, k bucketKey, n int) answer
 	// peek reports k's bucket without changing it.
 	peek(ctx context.Context, ps *policyState, k bucketKey) answer
@@ -122,28 +122,29 @@ func (m *memStore) lane(p Policy) *policyState {
 
 func (m *memStore) keys() keyer { return keyer{seed: m.seed} }
 
-// taken is the answer of ps's table to a Take of n tokens: allowed, and the
-// buckets' states f after it.
-func (ps *policyState) taken(allowed bool, n int, f bucket.Fulls) answer {
+// taken is the answer of ps's table to a Take of n tokens: allowed, and
+// the buckets' states f after it.
+func (ps *policyState) taken(allowed bool, n int, f *bucket.Fulls) (a answer) {
 	need := 1
 	if !allowed {
 		need = n
 	}
-	res, tight := ps.result(allowed, need, [MaxLimits]time.Duration(f)) // bucket.MaxLimits == MaxLimits
-	return answer{Result: res, tight: tight}
+	a.Allowed, a.Resets = allowed, [MaxLimits]time.Duration(*f) // bucket.MaxLimits == MaxLimits
+	a.tight = ps.summarize(&a.Result, need)
+	return a
 }
 
 // peeked is the answer of ps's table to a Peek or a Refund: buckets in the
 // states f, allowed if each holds a whole token.
 func (ps *policyState) peeked(f bucket.Fulls) answer {
-	a := ps.taken(true, 1, f)
+	a := ps.taken(true, 1, &f)
 	a.Allowed = a.Remaining > 0
 	return a
 }
 
 func (m *memStore) take(_ context.Context, ps *policyState, k bucketKey, n int) answer {
 	allowed, _, f := ps.table.Take(k.hash, m.now(), int64(n))
-	return ps.taken(allowed, n, f)
+	return ps.taken(allowed, n, &f)
 }
 
 func (m *memStore) peek(_ context.Context, ps *policyState, k bucketKey) answer {

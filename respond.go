@@ -17,9 +17,29 @@ func (l *Limiter) write(w http.ResponseWriter, r *http.Request, ps *policyState,
 		l.refuse(w, r, ps, d)
 		return true
 	}
-	var each [MaxLimits]headers.Member
-	ps.headers.Write(w.Header(), ps.state(d, false, &each))
+	if ps.headers.Lists() {
+		ps.writeList(w.Header(), d)
+		return false
+	}
+	ps.headers.Write(w.Header(), ps.state(d, false))
 	return false
+}
+
+// writeList is write's Write for a policy whose fields list several limits.
+func (ps *policyState) writeList(h http.Header, d *Decision) {
+	var each [MaxLimits]headers.Member
+	ps.headers.Write(h, ps.fullState(d, false, &each))
+}
+
+// fullState is state with, when the fields list several limits, each
+// limit's state, which goes into each (the caller's, so that it stays on
+// its stack).
+func (ps *policyState) fullState(d *Decision, never bool, each *[MaxLimits]headers.Member) headers.State {
+	s := ps.state(d, never)
+	if ps.headers.Lists() {
+		s.Each = ps.members(d, each)
+	}
+	return s
 }
 
 // state is what the header fields report about d: the quota fields describe
@@ -27,11 +47,11 @@ func (l *Limiter) write(w http.ResponseWriter, r *http.Request, ps *policyState,
 // costs) unless the quota is unknown (the store failed under FailOpen or
 // FailClosed, or the cost is over the burst); Retry-After describes the
 // request (its wait for its cost, 1 s under FailClosed, and none when never
-// is set: a cost over the burst). With several limits, each limit's state
-// goes into each, which the caller provides so that it stays on its stack.
-// It stays small enough to inline: the allowed path calls it.
-func (ps *policyState) state(d *Decision, never bool, each *[MaxLimits]headers.Member) headers.State {
-	s := headers.State{
+// is set: a cost over the burst). With several limits listed, the caller
+// adds each limit's state (members). It stays small enough to inline: the
+// allowed path calls it.
+func (ps *policyState) state(d *Decision, never bool) headers.State {
+	return headers.State{
 		Unknown:    d.QuotaUnknown,
 		Remaining:  d.Remaining,
 		NextToken:  ps.Limits[d.tight].nextToken(d.Remaining, d.ResetAfter),
@@ -41,10 +61,6 @@ func (ps *policyState) state(d *Decision, never bool, each *[MaxLimits]headers.M
 		Never:      never,
 		Tight:      int(d.tight),
 	}
-	if ps.headers.Lists() {
-		s.Each = ps.members(d, each)
-	}
-	return s
 }
 
 // nextToken is the wait for one whole token of a bucket of lim with
@@ -98,7 +114,7 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 		// FailClosed's refusal.
 		policy, outcome := d.Policy, d.Outcome
 		ps = l.policies[0]
-		d.record(ps, answer{Result: Result{Allowed: outcome == Allowed, RetryAfter: time.Second}, unknown: true})
+		d.record(ps, &answer{Result: Result{Allowed: outcome == Allowed, RetryAfter: time.Second}, unknown: true})
 		d.Policy = policy
 		if outcome != Allowed {
 			d.DryRun = false
@@ -119,7 +135,7 @@ func (l *Limiter) QuotaFields(d Decision, set func(name, value string)) {
 		return
 	}
 	var each [MaxLimits]headers.Member
-	st := ps.state(&d, false, &each)
+	st := ps.fullState(&d, false, &each)
 	st.Denied = false
 	ps.headers.Fields(st, set)
 }
@@ -136,7 +152,7 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState
 	over := d.overBurst()
 	var each [MaxLimits]headers.Member
 	if l.denied != nil {
-		ps.headers.Write(w.Header(), ps.state(d, over, &each))
+		ps.headers.Write(w.Header(), ps.fullState(d, over, &each))
 		l.denied.ServeHTTP(w, r.WithContext(ContextWithDecision(r.Context(), *d)))
 		return
 	}
@@ -152,7 +168,11 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState
 	case d.QuotaUnknown:
 		status = http.StatusServiceUnavailable
 	}
-	body := ps.headers.WriteDenied(w.Header(), ps.state(d, over, &each), status)
+	st := ps.state(d, over)
+	if ps.headers.Lists() {
+		st.Each = ps.members(d, &each)
+	}
+	body := ps.headers.WriteDenied(w.Header(), st, status)
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }

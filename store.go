@@ -233,41 +233,52 @@ type Result struct {
 // which the other fields follow from Resets: the in-memory store uses it,
 // and other Stores may.
 func (p Policy) Result(allowed bool, need int, resets [MaxLimits]time.Duration) Result {
-	res, _ := p.result(allowed, need, resets)
+	res := Result{Allowed: allowed, Resets: resets}
+	p.summarize(&res, need)
 	return res
 }
 
-// result is Result, and the index of the tightest limit. It divides once,
-// however many limits p has: the limits are compared by their waits, and
-// by their tokens as fractions compared by cross-multiplication.
-func (p Policy) result(allowed bool, need int, resets [MaxLimits]time.Duration) (res Result, tight int) {
+// summarize sets the Remaining, RetryAfter and ResetAfter of res from its
+// Resets, after a call that needed need tokens, and returns the index of
+// the tightest limit. It divides once, however many limits p has: the
+// limits are compared by their waits, and by their tokens as fractions
+// compared by cross-multiplication.
+func (p *Policy) summarize(res *Result, need int) (tight int) {
 	if len(p.Limits) > 1 {
-		var longest time.Duration
-		for i, lim := range p.Limits {
-			if wait := lim.wait(resets[i], need); wait > longest {
-				longest, tight = wait, i
-			}
+		tight = p.tightest(need, &res.Resets)
+	}
+	full := res.Resets[tight]
+	res.Remaining, res.RetryAfter = p.Limits[tight].read(full, need)
+	res.ResetAfter = max(full, 0)
+	return tight
+}
+
+// tightest is the index of the tightest of p's several limits in the
+// states resets, after a call that needed need tokens (see Result).
+func (p *Policy) tightest(need int, resets *[MaxLimits]time.Duration) (tight int) {
+	var longest time.Duration
+	for i, lim := range p.Limits {
+		if wait := lim.wait(resets[i], need); wait > longest {
+			longest, tight = wait, i
 		}
-		if longest == 0 {
-			for i := 1; i < len(p.Limits); i++ {
-				if p.Limits[i].fewer(resets[i], p.Limits[tight], resets[tight]) {
-					tight = i
-				}
+	}
+	if longest == 0 {
+		for i := 1; i < len(p.Limits); i++ {
+			if p.Limits[i].fewer(resets[i], p.Limits[tight], resets[tight]) {
+				tight = i
 			}
 		}
 	}
-	remaining, wait := p.Limits[tight].read(resets[tight], need)
-	return Result{Allowed: allowed, Remaining: remaining, RetryAfter: wait, ResetAfter: max(resets[tight], 0), Resets: resets}, tight
+	return tight
 }
 
-// tightest is the index of the tightest limit of res, a Result of a call
-// that needed need tokens, by the rule of Result.
-func (p Policy) tightest(res Result, need int) int {
+// tightestOf is the index of the tightest limit of res, a Result of a
+// call that needed need tokens, by the rule of Result.
+func (p *Policy) tightestOf(res *Result, need int) int {
 	if len(p.Limits) == 1 {
 		return 0
 	}
-	_, tight := p.result(res.Allowed, need, res.Resets)
-	return tight
+	return p.tightest(need, &res.Resets)
 }
 
 // Store keeps token buckets, one per (policy, limit, key). The in-memory store that a
