@@ -8,6 +8,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -317,4 +318,32 @@ func TestVerifiedPeersAllocations(t *testing.T) {
 			t.Errorf("%v: Identity allocates %v times, want %v", c.leaf.URIs, n, c.identityAlloc)
 		}
 	}
+}
+
+// NewVerifiedPeers never panics, and a SPIFFE ID it accepts matches a
+// verified leaf whose URI SAN is that ID as x509 parses it (a wildcard:
+// an ID one segment below it), with that ID as the identity.
+func FuzzNewVerifiedPeers(f *testing.F) {
+	for _, s := range []string{edgeID, "spiffe://prod.example/ns/batch/*", "spiffe://td/*", "CN=a\\,b+OU=x, O=y", "2.5.4.3=x", "spiffe://a:1/b", "CN=\\41\\", "CN=#00", "SPIFFE://x/y"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		peers, err := addrlimit.NewVerifiedPeers(s)
+		if err != nil || !strings.HasPrefix(s, "spiffe://") {
+			return
+		}
+		id := s
+		if base, ok := strings.CutSuffix(s, "*"); ok {
+			id = base + "w0rk-load_1.x"
+		}
+		u, err := url.Parse(id)
+		if err != nil {
+			t.Fatalf("accepted %q, which url.Parse refuses: %v", s, err)
+		}
+		leaf := &x509.Certificate{URIs: []*url.URL{u}}
+		got, ok := peers.Identity(&tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{leaf}}})
+		if !ok || got != id {
+			t.Fatalf("accepted %q; a leaf with %q gives identity %q %v", s, id, got, ok)
+		}
+	})
 }
