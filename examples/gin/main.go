@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/addrlimit/addrlimit"
@@ -50,6 +51,21 @@ func guard(mw func(http.Handler) http.Handler) gin.HandlerFunc {
 	}
 }
 
+// requireUnder runs InternalToken.Require for every request whose path is
+// prefix or under it (prefix+"/…"), matched by a route or not. A group's
+// middleware would not do: gin runs it only on the group's matched routes,
+// so an unknown internal path would get 404 without the token, and tell a
+// prober which internal paths exist. Mount it after the limiter, so that a
+// forged token is charged before it is refused.
+func requireUnder(prefix string, tok *addrlimit.InternalToken) gin.HandlerFunc {
+	require := guard(tok.Require)
+	return func(c *gin.Context) {
+		if p := c.Request.URL.Path; p == prefix || strings.HasPrefix(p, prefix+"/") {
+			require(c)
+		}
+	}
+}
+
 // limits are the budgets of the API: every request, and failed logins.
 type limits struct {
 	global      int
@@ -82,10 +98,12 @@ func newEngine(token string, l limits) (*gin.Engine, error) {
 	}
 
 	e := gin.New()
-	e.Use(limit(global, nil)) // engine middleware runs for unmatched paths (404) too
+	// Engine middleware runs for unmatched paths (404) too: the limiter,
+	// then the guard of every /internal path.
+	e.Use(limit(global, nil), requireUnder("/internal", tok))
 	e.GET("/sites", func(c *gin.Context) { c.JSON(http.StatusOK, []string{}) })
 	e.POST("/login", limit(login, func(status int) bool { return status < 400 }), signIn)
-	internal := e.Group("/internal", guard(tok.Require))
+	internal := e.Group("/internal")
 	internal.PUT("/agents/:id/progress", func(c *gin.Context) { c.String(http.StatusOK, "saved") })
 	return e, nil
 }
