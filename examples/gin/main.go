@@ -37,31 +37,18 @@ func limit(lim *addrlimit.Limiter, refund func(status int) bool) gin.HandlerFunc
 	}
 }
 
-// guard runs net/http middleware that either answers a request itself or
-// passes it on unchanged, such as InternalToken.Require, as gin middleware.
-func guard(mw func(http.Handler) http.Handler) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		passed := false
-		mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed = true })).ServeHTTP(c.Writer, c.Request)
-		if !passed {
-			c.Abort()
-			return
-		}
-		c.Next()
-	}
-}
-
-// requireUnder runs InternalToken.Require for every request whose path is
-// prefix or under it (prefix+"/…"), matched by a route or not. A group's
-// middleware would not do: gin runs it only on the group's matched routes,
-// so an unknown internal path would get 404 without the token, and tell a
-// prober which internal paths exist. Mount it after the limiter, so that a
-// forged token is charged before it is refused.
+// requireUnder answers every request whose path is prefix or under it
+// (prefix+"/…"), routed or not, with InternalToken.Require's 401 unless it
+// carries the token. A group's middleware would not do: gin runs it only
+// on the group's matched routes, so an unknown internal path would get 404
+// without the token. Mount it after the limiter, so that a forged token is
+// charged before it is refused.
 func requireUnder(prefix string, tok *addrlimit.InternalToken) gin.HandlerFunc {
-	require := guard(tok.Require)
+	unauthorized := tok.Require(http.NotFoundHandler()) // its 401, for a request without the token
 	return func(c *gin.Context) {
-		if p := c.Request.URL.Path; p == prefix || strings.HasPrefix(p, prefix+"/") {
-			require(c)
+		if p := c.Request.URL.Path; (p == prefix || strings.HasPrefix(p, prefix+"/")) && !tok.Match(c.Request) {
+			unauthorized.ServeHTTP(c.Writer, c.Request)
+			c.Abort()
 		}
 	}
 }
