@@ -115,8 +115,8 @@ type config struct {
 	token   *addrlimit.InternalToken // WithInternalMethods' guard
 }
 
-// rule is what WithMethodPolicy, WithMethodCost and WithStreamMessageCost
-// set for one method or service; zero fields are unset.
+// rule is what WithMethodPolicy, WithMethodCost, WithStreamMessageCost and
+// WithInternalMethods set for one method or service; zero fields are unset.
 type rule struct {
 	policy  string
 	cost    int
@@ -378,7 +378,9 @@ func cmpOr[T comparable](a, b T) T {
 }
 
 // Unary returns the unary server interceptor: it decides each call before
-// the handler runs and returns the refusal's status instead of calling it.
+// the handler runs and returns the refusal's status instead of calling it,
+// or, for a method of WithInternalMethods without the token, once the call
+// is charged, Unauthenticated.
 // It panics if i was not built by New (a nil or zero Interceptor), so that
 // the mistake stops the server's setup instead of every call.
 func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
@@ -403,7 +405,8 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 
 // Stream returns the stream server interceptor: it decides each stream when
 // it opens, at the cost of its method, and refuses it before the handler
-// runs; with WithStreamMessageCost it also charges each message the client
+// runs (Unauthenticated, as Unary, for an internal method without the
+// token); with WithStreamMessageCost it also charges each message the client
 // sends. It panics as Unary does if i was not built by New.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 	i.mustBeBuilt()
