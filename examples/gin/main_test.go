@@ -111,7 +111,7 @@ func TestStatusWithoutBodyIsCounted(t *testing.T) {
 }
 
 func TestNetHTTPLimiterAdaptedIntoGinNeverRefunds(t *testing.T) {
-	// The trap of issue 18: a limiter WithRefund adapted into gin sees
+	// The trap: a net/http limiter WithRefund adapted into gin sees
 	// nothing written (gin handlers write to c.Writer, after the adapter
 	// returned). It used to take that for 200 and refund every failed
 	// login: [401 401 401 401 401]. Now nothing written is counted, so

@@ -50,7 +50,7 @@ func (r *floodResults) metric(work, unit string) (float64, bool) {
 // flood_test.go); TestRotationTargetIsTheTestsBound fails if they differ.
 const rotationTarget = 1.1
 
-// floodTargets adds the rows of issue 11's targets.
+// floodTargets adds the rows of the address-flood targets.
 func floodTargets(r *floodResults, add func(target, measured string, met bool, note string), missing func(target, note string)) {
 	newcomers := []struct{ work, target, was string }{
 		{"FloodNewcomers/issue11/maxKeys=1000/drained=1500", "flood: WithMaxKeys(1000), 1,500 drained, 100 newcomers: ≥ 90 served", "the overflow table served 0 %"},

@@ -320,7 +320,7 @@ func printTargets(res *results, flood *floodResults, retained map[string]float64
 		missing("fleet: ≥ 2× redis_rate's decisions/s at 64 concurrent requests", "no Fleet/lib=redis_rate/callers=64 in this run")
 	}
 
-	// Under an address flood (issue 11).
+	// Under an address flood.
 	floodTargets(flood, add, missing)
 
 	// Earlier targets.
