@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
-	"github.com/didip/tollbooth/v7"
-	tblimiter "github.com/didip/tollbooth/v7/limiter"
+	"github.com/didip/tollbooth/v8"
+	tblimiter "github.com/didip/tollbooth/v8/limiter"
 	"github.com/go-chi/httprate"
 	"github.com/sethvargo/go-limiter/httplimit"
 	"github.com/sethvargo/go-limiter/memorystore"
@@ -71,7 +71,9 @@ var Contenders = []Contender{
 	{"tollbooth", func(p Policy) (http.Handler, error) {
 		lmt := tollbooth.NewLimiter(float64(p.Limit)/p.Per.Seconds(), &tblimiter.ExpirableOptions{DefaultExpirationTTL: time.Hour})
 		lmt.SetBurst(p.Burst)
-		lmt.SetIPLookups([]string{"RemoteAddr"})
+		// v8 limits nothing until an IP lookup is set: ShouldSkipLimiter
+		// skips every request whose address it cannot find.
+		lmt.SetIPLookup(tblimiter.IPLookup{Name: "RemoteAddr"})
 		return tollbooth.LimitHandler(lmt, OK), nil
 	}},
 	{"go-limiter", func(p Policy) (http.Handler, error) {
