@@ -76,17 +76,7 @@ var Contenders = []Contender{
 		lmt.SetIPLookup(tblimiter.IPLookup{Name: "RemoteAddr"})
 		return tollbooth.LimitHandler(lmt, OK), nil
 	}},
-	{"go-limiter", func(p Policy) (http.Handler, error) {
-		store, err := memorystore.New(&memorystore.Config{Tokens: uint64(p.Limit), Interval: p.Per})
-		if err != nil {
-			return nil, err
-		}
-		mw, err := httplimit.NewMiddleware(store, httplimit.IPKeyFunc())
-		if err != nil {
-			return nil, err
-		}
-		return mw.Handle(OK), nil
-	}},
+	{"go-limiter", func(p Policy) (http.Handler, error) { return goLimiter(p, OK) }},
 	{"throttled", func(p Policy) (http.Handler, error) {
 		store, err := memstore.NewCtx(65536)
 		if err != nil {
@@ -100,6 +90,19 @@ var Contenders = []Contender{
 		return h.RateLimit(OK), nil
 	}},
 	{"rate-map", func(p Policy) (http.Handler, error) { return newRateMap(p), nil }},
+}
+
+// goLimiter is sethvargo/go-limiter's middleware around next under p.
+func goLimiter(p Policy, next http.Handler) (http.Handler, error) {
+	store, err := memorystore.New(&memorystore.Config{Tokens: uint64(p.Limit), Interval: p.Per})
+	if err != nil {
+		return nil, err
+	}
+	mw, err := httplimit.NewMiddleware(store, httplimit.IPKeyFunc())
+	if err != nil {
+		return nil, err
+	}
+	return mw.Handle(next), nil
 }
 
 // Bare is the name of the handler without a limiter (OK itself), the
