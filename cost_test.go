@@ -196,9 +196,9 @@ func TestRateLimitTDescribesTheBucketRetryAfterTheRequest(t *testing.T) {
 	})
 }
 
-// A cost over the burst is refused by the policy alone (issue 24, item 5:
-// 1,000 such requests at burst 300 cost a Redis store 1,000 Peeks, one per
-// refusal, to fill the quota fields). Whatever the failure policy, and
+// A cost over the burst is refused by the policy alone (it used to cost a
+// Redis store a Peek per refusal to fill the quota fields: 1,000 Peeks for
+// 1,000 such requests at burst 300). Whatever the failure policy, and
 // whether the store answers or not, no request of cost 100,000 at burst 300
 // reaches the store: each is answered 413 Content Too Large without
 // Retry-After and without quota fields (the bucket was not asked, so its

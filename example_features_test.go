@@ -235,3 +235,33 @@ func ExampleLimiter_Decide() {
 	// 450 try again in 30m0s
 	// internal: exempt
 }
+
+// WithDecisionInContext hands each counted request's decision to the
+// handler, here to show the caller its quota. An exempt request (the
+// internal token) gets none.
+func ExampleWithDecisionInContext() {
+	tok, _ := addrlimit.NewInternalToken("example-internal-secret-0123456789")
+	lim, _ := addrlimit.New(3, time.Minute, addrlimit.WithDecisionInContext(), addrlimit.WithInternalToken(tok))
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, ok := addrlimit.DecisionFromContext(r.Context())
+		if !ok {
+			fmt.Fprintln(w, "exempt: no quota")
+			return
+		}
+		fmt.Fprintf(w, "%s: %d of %d left for %s\n", d.Outcome, d.Remaining, d.Limit().Burst, d.Key)
+	}))
+	for _, auth := range []string{"", "", "Bearer example-internal-secret-0123456789"} {
+		r := httptest.NewRequest("GET", "/quota", nil)
+		r.RemoteAddr = "203.0.113.9:50000"
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Print(w.Body.String())
+	}
+	// Output:
+	// allowed: 2 of 3 left for 203.0.113.9
+	// allowed: 1 of 3 left for 203.0.113.9
+	// exempt: no quota
+}

@@ -171,11 +171,11 @@ func ExampleWithKeyFunc() {
 	// user:ann limited
 }
 
-// Behind a load balancer in 10.0.0.0/8 that appends to X-Forwarded-For, the
+// Behind load balancers in 10.0.0.0/29 that append to X-Forwarded-For, the
 // client is the first untrusted address from the right; whatever the client
 // wrote further left is ignored.
 func ExampleTrustedProxies_Key() {
-	proxies, err := addrlimit.NewTrustedProxies("X-Forwarded-For", netip.MustParsePrefix("10.0.0.0/8"))
+	proxies, err := addrlimit.NewTrustedProxies("X-Forwarded-For", netip.MustParsePrefix("10.0.0.0/29")) // the balancers only
 	if err != nil {
 		panic(err)
 	}

@@ -300,10 +300,11 @@ type failures struct{ out strings.Builder }
 
 func (f *failures) Errorf(format string, args ...any) { fmt.Fprintf(&f.out, format, args...) }
 
-// No reflection-based printer shows digest bytes (issue 24, item 11):
-// testify's failure output (%#v of both values, and a diff printed by
-// go-spew, which ignores Format and String and walks unexported fields) for
-// configs that hold a token and differ elsewhere, or for two tokens.
+// No reflection-based printer shows digest bytes, so no failing test prints
+// a digest of a secret: testify's failure output (%#v of both values, and a
+// diff printed by go-spew, which ignores Format and String and walks
+// unexported fields) for configs that hold a token and differ elsewhere, or
+// for two tokens.
 func TestInternalTokenDigestsStayOutOfTestDiffs(t *testing.T) {
 	tok, err := mustToken(t, secret, "second-secret-0123456789abcdef").WithRetired(retiredSecret)
 	require.NoError(t, err)

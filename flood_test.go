@@ -1,7 +1,7 @@
 package addrlimit_test
 
 // Address floods against the bounded in-memory table, played as an attacker
-// would, with the public API only (issue 11). Time is synctest's fake clock.
+// would, with the public API only. Time is synctest's fake clock.
 
 import (
 	"context"
@@ -79,7 +79,7 @@ func (f *flooder) serveNewcomers(n int, interleave bool, next int) int {
 	return served
 }
 
-// Issue 11, target 1: WithMaxKeys(1000), 10/min, 1,500 drained attacker
+// Newcomers are served during a flood: WithMaxKeys(1000), 10/min, 1,500 drained attacker
 // addresses, then 100 newcomers from another /8: at least 90 served, also
 // when a freshly drained attacker address precedes each newcomer.
 func TestFloodNewcomersServed(t *testing.T) {
@@ -109,7 +109,7 @@ func TestFloodNewcomersServed(t *testing.T) {
 	}
 }
 
-// Issue 11, target 2: WithMaxKeys(100_000), 5/min, 105,000 drained
+// The same at scale: WithMaxKeys(100_000), 5/min, 105,000 drained
 // addresses: at least 900 of 1,000 newcomers served. Under -short, the same
 // ratios at a tenth of the size.
 func TestFloodNewcomersServedLargeTable(t *testing.T) {
@@ -139,8 +139,8 @@ func honestBudget(addrs, burst int, interval, elapsed time.Duration) float64 {
 const rotationAddrs, rotationBurst = 2000, 10
 
 // rotationBound is the most an address rotation may get, as a multiple of
-// the honest budget of its addresses (issue 18; the target of issue 11 was
-// 1.5). benchmarks/cmd/report prints it as the target of BenchmarkFloodRotation,
+// the honest budget of its addresses (1.5 at first, 1.1 once keys that
+// spend a single token were remembered too). benchmarks/cmd/report prints it as the target of BenchmarkFloodRotation,
 // and its tests fail if the two differ.
 const rotationBound = 1.1
 
@@ -160,7 +160,7 @@ func rotation(t *testing.T, name string, play func(f *flooder) int) {
 	})
 }
 
-// Issue 11, target 3a: each address spends all but one token and moves on,
+// Rotation keeping one token: each address spends all but one token and moves on,
 // a pass every 50ms for 2s (it was 56x when evicted buckets came back full).
 func TestFloodRotationKeepOneToken(t *testing.T) {
 	rotation(t, "keep-one-token rotation", func(f *flooder) int {
@@ -182,7 +182,7 @@ func TestFloodRotationKeepOneToken(t *testing.T) {
 	})
 }
 
-// Issue 11, target 3b: drain every address, wait one refill interval (6s),
+// Rotation with a wait: drain every address, wait one refill interval (6s),
 // drain again, 10 times (it was 2.7x).
 func TestFloodRotationDrainWait(t *testing.T) {
 	rotation(t, "drain-wait-rotate", func(f *flooder) int {
@@ -199,7 +199,7 @@ func TestFloodRotationDrainWait(t *testing.T) {
 	})
 }
 
-// Issue 18: one request from each address per pass, a pass every 50ms for
+// Rotation by single requests: one request from each address per pass, a pass every 50ms for
 // 2s: keys that spend a single token each are remembered too.
 func TestFloodRotationSingleRequests(t *testing.T) {
 	rotation(t, "single-request rotation", func(f *flooder) int {
@@ -223,9 +223,9 @@ func heapInUse() uint64 {
 	return m.HeapAlloc
 }
 
-// Issue 11, target 4 (scaled): heap growth under a flood of 20x the cap is at
+// Heap growth (scaled) under a flood of 20x the cap is at
 // most 264 bytes per key of capacity (252 measured with rows of 64 cells
-// per key since issue 24; it was 128 with rows of 28); the full-size figure
+// per key; it was 128 with the earlier rows of 28); the full-size figure
 // (2,000,000 addresses at WithMaxKeys(100_000)) is BenchmarkFloodHeap in
 // the benchmarks module. And a limiter that has seen 10 clients holds nothing
 // that grows with its cap.
@@ -292,7 +292,7 @@ func TestDefaultMaxKeysMemory(t *testing.T) {
 // customer is the i-th address of 192.0.2.0/24.
 func customer(i int) netip.Addr { return netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}) }
 
-// resetDuringFlood plays issue 18's item 9, with holders (issue 24, item 6):
+// resetDuringFlood plays a support reset during a flood, with holders:
 // 20 customers drained their buckets and were evicted by an attacker
 // draining 1,000 fresh addresses a second (WithMaxKeys(1000), 10/min);
 // support resets them; then each sends one request a second for 10s, within
@@ -359,14 +359,14 @@ func holder(i int) netip.Addr {
 	return netip.AddrFrom4([4]byte{172, 16 + byte(i>>16&15), byte(i >> 8), byte(i)})
 }
 
-// Issue 18, item 9: a Reset holds while the flood that evicted the key goes
+// A Reset holds while the flood that evicted the key goes
 // on: at least 95% of the 200 requests are served (41-69 were when a reset
 // bucket, full, was the first to be evicted).
 func TestFloodResetHoldsDuringFlood(t *testing.T) {
 	assert.GreaterOrEqual(t, resetDuringFlood(t, 0, 0), 200*95/100)
 }
 
-// Issue 24, item 6: late refunds do not pin the table. A refund that lands
+// Late refunds do not pin the table. A refund that lands
 // on an evicted holder gives it a bucket fuller than the approximate memory
 // says; such buckets were protected from eviction as a Reset one is, so
 // 1,000-2,000 of them filled the table and the reset customers were evicted
@@ -419,7 +419,7 @@ func floodThenNewcomers(t *testing.T, limit, x, spend int) newcomers {
 	return got
 }
 
-// Issue 18, item 8: floods of one request per address no longer cascade.
+// Floods of one request per address no longer cascade.
 // Each newcomer whose cells are all taken inherits their minimum, spends a
 // token and writes that back when evicted; with 4 rows of 4 cells per key
 // this compounded to 77% served at 32x the cap and 2.4% at 64x (5/min), 0.3%
@@ -431,13 +431,13 @@ func TestFloodSingleRequestsDoNotCascade(t *testing.T) {
 		t.Logf("%d/min, %dx the cap, one request each: %.1f%% of newcomers served, %.2f tokens on average, %.1f%% with 5", c.limit, c.x, served, got.tokens, got.page)
 		assert.GreaterOrEqual(t, served, 99.0, "%d/min, %dx the cap", c.limit, c.x)
 		if c.limit == 5 && c.x == 128 {
-			// Issue 24, item 7: 2.1 tokens with rows of 28 cells per key.
+			// It was 2.1 tokens with the earlier rows of 28 cells per key.
 			assert.GreaterOrEqual(t, got.tokens, 3.3, "tokens of newcomers at %dx", c.x)
 		}
 	}
 }
 
-// Issue 18, item 8: after floods of drained addresses, a newcomer is limited
+// After floods of drained addresses, a newcomer is limited
 // when its 3 cells all collide with drained keys: x times the cap in rows
 // of 64 cells per key of capacity gives (1-exp(-x/64))^3. Served: within 3
 // points of that, and at least as often as with the previous sketch of 3
@@ -459,8 +459,8 @@ func TestFloodDrainedCurve(t *testing.T) {
 	}
 }
 
-// Issue 24, item 7: floods of two requests per address compound as single
-// requests did before issue 18: 26-28% of newcomers were served at 128x the
+// Floods of two requests per address no longer compound as single
+// requests once did: with rows of 28 cells per key, 26-28% of newcomers were served at 128x the
 // cap, with 0.7 tokens on average, 91% at 64x (5/min). Target: at least
 // 90% at 128x (measured: 94.7-95.5%, 3.0-3.1 tokens).
 func TestFloodTwoRequestsDoNotCascade(t *testing.T) {
@@ -472,7 +472,7 @@ func TestFloodTwoRequestsDoNotCascade(t *testing.T) {
 	}
 }
 
-// lightClient plays issue 24's item 8: a client of a 300/min limiter
+// lightClient plays a light client under a flood: a client of a 300/min limiter
 // (WithMaxKeys(1000)) sends perSecond requests a second, evenly spaced, for
 // a minute while flood fresh addresses a second drain their buckets, spread
 // over each second in ticks of 10ms, after 5s of that flood alone to fill
@@ -511,7 +511,7 @@ func lightClient(t *testing.T, perSecond, flood int) int {
 	return least
 }
 
-// Issue 24, item 8: a light client is not worn down by rounding. It was the
+// A light client is not worn down by rounding. It was the
 // fullest bucket of every sample, so it was evicted between its own
 // requests, and each return rounded its state up to a whole tau/64 (4.7
 // tokens): it kept 19-31 of 300 tokens at 2-4 requests a second while 200

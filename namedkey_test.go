@@ -66,7 +66,7 @@ func addrKeyed(t *testing.T) map[string]func() (*addrlimit.Limiter, func(peer st
 }
 
 // Reset and Peek given an address as people type it reach the client's
-// bucket (issue 24, item 10: a full IPv6 address inside the client's /64,
+// bucket (they used to miss it: a full IPv6 address inside the client's /64,
 // "::ffff:192.0.2.1", "192.0.2.1:443" and "[2001:db8::1]:443" returned nil
 // and reset nothing), whether requests are keyed by the default key,
 // RemoteAddrKey or TrustedProxies.Key.

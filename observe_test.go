@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -410,4 +411,28 @@ func TestZeroLogObserverLogsToTheDefaultLogger(t *testing.T) {
 		assert.Equal(t, "INFO", lines[0]["level"])
 		assert.Equal(t, "1", lines[1]["suppressed"])
 	})
+}
+
+// TestRouteIsTheURLPath checks what README "Rolling out a limit safely" says
+// of Decision.Route with the recommended mounting (lim.Handler around the
+// whole mux, a stacked limiter inside a route): the URL path as the client
+// sent it (decoded, not cleaned), without the query, never the mux pattern;
+// and none for AllowKey.
+func TestRouteIsTheURLPath(t *testing.T) {
+	var routes []string
+	record := addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { routes = append(routes, d.Route) })
+	lim := mustNew(t, 10, time.Minute, record)
+	login := mustNew(t, 5, time.Minute, record, addrlimit.WithName("login"))
+	mux := http.NewServeMux()
+	mux.Handle("GET /agents/{id}", okHandler)
+	mux.Handle("POST /login", login.Handler(okHandler))
+	h := lim.Handler(mux)
+	for _, target := range []string{"GET /agents/42?token=x", "GET /agents/%2e%2e/x", "POST /login"} {
+		method, url, _ := strings.Cut(target, " ")
+		r := httptest.NewRequest(method, url, nil)
+		r.RemoteAddr = "192.0.2.1:1"
+		serve(h, r)
+	}
+	lim.AllowKey(context.Background(), "", "tenant-42", 1)
+	assert.Equal(t, []string{"/agents/42", "/agents/../x", "/login", "/login", ""}, routes)
 }

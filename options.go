@@ -224,7 +224,8 @@ func WithInternalToken(t *InternalToken) Option {
 // for them no key is computed, no bucket is touched or created, no quota
 // header is set, and the Decision is Exempt. This is a bypass, so the
 // predicate must be something a client cannot forge; for the internal token
-// use WithInternalToken. It is called first, for every request, concurrently.
+// use WithInternalToken, for a verified client certificate VerifiedPeers.Match.
+// It is called first, for every request, concurrently.
 func WithExempt(f func(*http.Request) bool) Option {
 	return func(c *config) error {
 		if f == nil {

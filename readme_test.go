@@ -92,6 +92,7 @@ var snippetImports = map[string]string{
 	"slog": "log/slog", "http": "net/http", "httptest": "net/http/httptest", "netip": "net/netip",
 	"os": "os", "strconv": "strconv", "strings": "strings", "sync": "sync", "time": "time",
 	"testing": "testing", "synctest": "testing/synctest", "json": "encoding/json", "expvar": "expvar",
+	"tls": "crypto/tls", "x509": "crypto/x509", "credentials": "google.golang.org/grpc/credentials",
 	"redis":      "github.com/redis/go-redis/v9",
 	"prometheus": "github.com/prometheus/client_golang/prometheus",
 	"promhttp":   "github.com/prometheus/client_golang/prometheus/promhttp",

@@ -17,11 +17,15 @@ func (l *Limiter) write(w http.ResponseWriter, r *http.Request, ps *policyState,
 		l.refuse(w, r, ps, d)
 		return true
 	}
-	if ps.headers.Lists() {
+	if ps.headers.Lists() && !d.QuotaUnknown {
 		ps.writeList(w.Header(), d)
 		return false
 	}
-	ps.headers.Write(w.Header(), ps.state(d, false))
+	// Header only when there is a field to set: once a handler has called
+	// it, net/http copies the header map when the status is written.
+	if st := ps.state(d, false); ps.headers.Sets(st) {
+		ps.headers.Write(w.Header(), st)
+	}
 	return false
 }
 

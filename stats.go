@@ -25,9 +25,11 @@ type Stats struct {
 	// StoreErrors counts failed Store calls: of decisions (then the failure
 	// policy decided) and of refunds.
 	KeyErrors, StoreErrors uint64
-	// Keys is the number of exact buckets held in memory, all policies
-	// together (the buckets themselves, or the local fallback of a remote
-	// store). Evictions counts buckets moved from the exact table into the
+	// Keys is the number of exact buckets held in this process's memory,
+	// all policies together: the buckets themselves, or, with a Store given
+	// to WithStore, the local mirror and fallback kept under FailLocal (none
+	// under FailOpen or FailClosed), never the store's own buckets.
+	// Evictions counts buckets moved from the exact table into the
 	// approximate memory to make room for new keys.
 	Keys      int
 	Evictions uint64

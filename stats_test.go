@@ -1,6 +1,7 @@
 package addrlimit_test
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/addrlimit/addrlimit"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestStatsCountsEveryDecisionUnderConcurrency checks that the counters Stats
@@ -43,4 +45,24 @@ func TestStatsCountsEveryDecisionUnderConcurrency(t *testing.T) {
 	assert.Equal(t, n+burst, s.Allowed, "allowed: every refunded one and the burst of 192.0.2.3, stats %+v", s)
 	assert.Equal(t, n-burst, s.Limited, "limited, stats %+v", s)
 	assert.Equal(t, n-burst, s.CredentialedLimited, "credentialed limited, stats %+v", s)
+}
+
+// With a Store given to WithStore, Stats.Keys (addrlimit_keys) counts this
+// process's local buckets, not the store's: under FailLocal the mirror of
+// what the store last said for each key, under FailOpen or FailClosed none.
+func TestStatsKeysWithARemoteStoreCountsLocalBucketsOnly(t *testing.T) {
+	for _, tc := range []struct {
+		policy addrlimit.FailurePolicy
+		want   int
+	}{{addrlimit.FailLocal, 3}, {addrlimit.FailOpen, 0}, {addrlimit.FailClosed, 0}} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			lim := mustNew(t, 5, time.Hour, addrlimit.WithStore(newFailingStore()), addrlimit.WithStoreFailure(tc.policy))
+			for _, k := range []string{"a", "b", "c"} {
+				d := lim.AllowKey(context.Background(), "", k, 1)
+				require.Equal(t, addrlimit.Allowed, d.Outcome)
+				require.False(t, d.Degraded, "the store answered")
+			}
+			assert.Equal(t, tc.want, lim.Stats().Keys, "3 buckets in the store")
+		})
+	}
 }

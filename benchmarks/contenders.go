@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
-	"github.com/didip/tollbooth/v7"
-	tblimiter "github.com/didip/tollbooth/v7/limiter"
+	"github.com/didip/tollbooth/v8"
+	tblimiter "github.com/didip/tollbooth/v8/limiter"
 	"github.com/go-chi/httprate"
 	"github.com/sethvargo/go-limiter/httplimit"
 	"github.com/sethvargo/go-limiter/memorystore"
@@ -71,20 +71,12 @@ var Contenders = []Contender{
 	{"tollbooth", func(p Policy) (http.Handler, error) {
 		lmt := tollbooth.NewLimiter(float64(p.Limit)/p.Per.Seconds(), &tblimiter.ExpirableOptions{DefaultExpirationTTL: time.Hour})
 		lmt.SetBurst(p.Burst)
-		lmt.SetIPLookups([]string{"RemoteAddr"})
+		// v8 limits nothing until an IP lookup is set: ShouldSkipLimiter
+		// skips every request whose address it cannot find.
+		lmt.SetIPLookup(tblimiter.IPLookup{Name: "RemoteAddr"})
 		return tollbooth.LimitHandler(lmt, OK), nil
 	}},
-	{"go-limiter", func(p Policy) (http.Handler, error) {
-		store, err := memorystore.New(&memorystore.Config{Tokens: uint64(p.Limit), Interval: p.Per})
-		if err != nil {
-			return nil, err
-		}
-		mw, err := httplimit.NewMiddleware(store, httplimit.IPKeyFunc())
-		if err != nil {
-			return nil, err
-		}
-		return mw.Handle(OK), nil
-	}},
+	{"go-limiter", func(p Policy) (http.Handler, error) { return goLimiter(p, OK) }},
 	{"throttled", func(p Policy) (http.Handler, error) {
 		store, err := memstore.NewCtx(65536)
 		if err != nil {
@@ -98,6 +90,19 @@ var Contenders = []Contender{
 		return h.RateLimit(OK), nil
 	}},
 	{"rate-map", func(p Policy) (http.Handler, error) { return newRateMap(p), nil }},
+}
+
+// goLimiter is sethvargo/go-limiter's middleware around next under p.
+func goLimiter(p Policy, next http.Handler) (http.Handler, error) {
+	store, err := memorystore.New(&memorystore.Config{Tokens: uint64(p.Limit), Interval: p.Per})
+	if err != nil {
+		return nil, err
+	}
+	mw, err := httplimit.NewMiddleware(store, httplimit.IPKeyFunc())
+	if err != nil {
+		return nil, err
+	}
+	return mw.Handle(next), nil
 }
 
 // Bare is the name of the handler without a limiter (OK itself), the

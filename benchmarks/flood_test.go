@@ -1,6 +1,6 @@
 package benchmarks
 
-// Address floods against addrlimit's bounded in-memory table (issue 11),
+// Address floods against addrlimit's bounded in-memory table,
 // with the public API only. The figures that matter are reported metrics:
 //
 //	newcomers-%    newcomers from another network served after the flood
@@ -85,10 +85,11 @@ func (f *flood) newcomersServed(n int, interleave bool, next, burst int) float64
 	return 100 * float64(served) / float64(n)
 }
 
-// BenchmarkFloodNewcomers: the two scenarios of issue 11 (targets: >= 90 %),
+// BenchmarkFloodNewcomers: newcomers served during a flood at two table sizes
+// (the issue11/… scenarios; targets: >= 90 %),
 // then the trade-off: newcomers served after floods of addresses that each
 // drain their bucket (1x to 32x the cap) or send a single request (1x to
-// 128x, issue 18), all within one refill time. An iteration is one whole
+// 128x), all within one refill time. An iteration is one whole
 // scenario.
 func BenchmarkFloodNewcomers(b *testing.B) {
 	type scenario struct {
@@ -138,7 +139,7 @@ func honest(addrs, burst int, interval, elapsed time.Duration) float64 {
 
 // BenchmarkFloodRotation: 2,000 addresses through WithMaxKeys(1000), 10 per
 // interval (target: cmd/report's rotationTarget times the honest budget, the
-// bound of the root module's rotation tests, issue 18):
+// bound of the root module's rotation tests):
 //   - keep-one-token: each address spends all but one token and moves on,
 //     for 2s at 10/min (was 56x with the overflow table);
 //   - drain-wait-rotate: drain all, wait one refill interval, 10 times, at

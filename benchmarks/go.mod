@@ -5,11 +5,11 @@ go 1.26.0
 require (
 	github.com/addrlimit/addrlimit v0.1.0
 	github.com/addrlimit/addrlimit/redisstore v0.1.0
-	github.com/didip/tollbooth/v7 v7.0.2
+	github.com/didip/tollbooth/v8 v8.0.1
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/sethvargo/go-limiter v0.7.1
+	github.com/sethvargo/go-limiter v1.2.0
 	github.com/throttled/throttled/v2 v2.15.0
 	github.com/ulule/limiter/v3 v3.11.2
 	golang.org/x/time v0.16.0

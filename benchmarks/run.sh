@@ -113,7 +113,7 @@ COUNT=$(grep -cE '^BenchmarkAllowed/lib=addrlimit-[0-9]+[[:space:]]' "$raw")
   echo "- Machine: ${machine[0]} cores, ${machine[1]}, ${machine[2]} (a VM: expect ±20 % between runs; compare ratios within one run)"
   echo "- Go: ${machine[3]}"
   echo "- Command: \`cd benchmarks && COUNT=$COUNT ./run.sh\` (\`go test -run '^\$' -bench . -benchmem -count $COUNT\`)"
-  echo "- Versions: $(go list -m github.com/go-chi/httprate github.com/ulule/limiter/v3 github.com/didip/tollbooth/v7 github.com/sethvargo/go-limiter github.com/throttled/throttled/v2 golang.org/x/time | tr '\n' ';' | sed 's/;$//; s/;/, /g')"
+  echo "- Versions: $(go list -m github.com/go-chi/httprate github.com/ulule/limiter/v3 github.com/didip/tollbooth/v8 github.com/sethvargo/go-limiter github.com/throttled/throttled/v2 golang.org/x/time | tr '\n' ';' | sed 's/;$//; s/;/, /g')"
   echo
   echo "Every contender limits per client IP (RemoteAddr) with its default response headers,"
   echo "around a handler that writes 200, called through \`ServeHTTP\` with a reusable"

@@ -17,9 +17,10 @@ type ServiceInfoProvider interface {
 }
 
 // CheckServer reports the rules of i that can never apply to s: a
-// WithMethodPolicy, WithMethodCost or WithStreamMessageCost whose method or
-// service s does not register (a typo leaves the method on the default
-// policy at cost 1, silently), and a WithStreamMessageCost for a method, or
+// WithMethodPolicy, WithMethodCost, WithStreamMessageCost or
+// WithInternalMethods whose method or service s does not register (a typo
+// leaves the method on the default policy at cost 1, or an internal method
+// unguarded, silently), and a WithStreamMessageCost for a method, or
 // a service without any, that receives no stream of messages from the
 // client (its messages are never charged). The error names every such rule
 // and the options that set it; nil means every rule matches. Call it once
@@ -90,6 +91,9 @@ func (r rule) options() string {
 	}
 	if r.msgCost != 0 {
 		o = append(o, "WithStreamMessageCost")
+	}
+	if r.guarded {
+		o = append(o, "WithInternalMethods")
 	}
 	return strings.Join(o, ", ")
 }

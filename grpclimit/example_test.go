@@ -12,6 +12,8 @@ import (
 	"github.com/addrlimit/addrlimit/grpclimit"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	channelzpb "google.golang.org/grpc/channelz/grpc_channelz_v1"
+	channelzsvc "google.golang.org/grpc/channelz/service"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -108,4 +110,51 @@ func ExampleInterceptor_CheckServer() {
 	fmt.Println(gl.CheckServer(srv))
 	// Output:
 	// grpclimit: 1 rule(s) cannot apply to the server's methods: "/grpc.health.v1.Health/Lsit" (WithMethodPolicy): the server registers no such method
+}
+
+// Internal methods guarded like internal routes: channelz, which tells
+// whoever asks about the server's connections, needs the internal token.
+// A call without it is charged, then refused Unauthenticated; the client
+// sends the token as "authorization" metadata (over TLS beyond loopback).
+func ExampleWithInternalMethods() {
+	tok, err := addrlimit.NewInternalToken("example-internal-secret-0123456789")
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := addrlimit.New(2, time.Hour, addrlimit.WithInternalToken(tok))
+	if err != nil {
+		log.Fatal(err)
+	}
+	gl, err := grpclimit.New(lim, grpclimit.WithInternalMethods(tok, "/grpc.channelz.v1.Channelz/"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(gl.Unary()), grpc.StreamInterceptor(gl.Stream()))
+	channelzsvc.RegisterChannelzServiceToServer(srv)
+	if err := gl.CheckServer(srv); err != nil {
+		log.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	client := channelzpb.NewChannelzClient(conn)
+	internal := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer example-internal-secret-0123456789")
+	for _, ctx := range []context.Context{context.Background(), context.Background(), context.Background(), internal} {
+		_, err := client.GetServers(ctx, &channelzpb.GetServersRequest{})
+		fmt.Println(status.Code(err))
+	}
+	// Output:
+	// Unauthenticated
+	// Unauthenticated
+	// ResourceExhausted
+	// OK
 }

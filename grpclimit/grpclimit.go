@@ -4,7 +4,7 @@
 // HTTP middleware.
 //
 //	lim, err := addrlimit.New(300, time.Minute, addrlimit.WithInternalToken(tok))
-//	gl, err := grpclimit.New(lim)
+//	gl, err := grpclimit.New(lim, grpclimit.WithInternalMethods(tok, "/pkg.Internal/"))
 //	srv := grpc.NewServer(grpc.UnaryInterceptor(gl.Unary()), grpc.StreamInterceptor(gl.Stream()))
 //
 // # What a call is charged
@@ -19,7 +19,9 @@
 // wrong, forged or retired token is charged like any call, and a retired one
 // is flagged (Decision.RetiredToken, Stats.RetiredTokenLimited). The
 // Limiter's WithExempt is an HTTP rule and is not consulted; WithExempt of
-// this package is its counterpart for calls.
+// this package is its counterpart for calls. WithInternalMethods is the
+// counterpart of InternalToken.Require: calls of the methods it names need
+// the token, and are charged before they are refused without it.
 //
 // A call costs 1 token of the Limiter's default policy unless
 // WithMethodPolicy and WithMethodCost say otherwise for its method. A stream
@@ -76,6 +78,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -109,14 +112,16 @@ type config struct {
 	proxyMD string // the proxies' header as a metadata key (lower case)
 	exempt  func(ctx context.Context, method string) bool
 	quota   bool
+	token   *addrlimit.InternalToken // WithInternalMethods' guard
 }
 
-// rule is what WithMethodPolicy, WithMethodCost and WithStreamMessageCost
-// set for one method or service; zero fields are unset.
+// rule is what WithMethodPolicy, WithMethodCost, WithStreamMessageCost and
+// WithInternalMethods set for one method or service; zero fields are unset.
 type rule struct {
 	policy  string
 	cost    int
-	msgCost int // per message received on a client stream; 0: not charged
+	msgCost int  // per message received on a client stream; 0: not charged
+	guarded bool // WithInternalMethods: the internal token is required
 }
 
 // An Option configures an Interceptor in New.
@@ -184,6 +189,61 @@ func costOption(opt, method string, n int, set func(*rule)) Option {
 // server sends are never charged.
 func WithStreamMessageCost(method string, n int) Option {
 	return costOption("WithStreamMessageCost", method, n, func(r *rule) { r.msgCost = n })
+}
+
+// WithInternalMethods guards methods as InternalToken.Require guards
+// internal HTTP routes: a call of one of them that does not carry one of
+// tok's accepted secrets as its single "authorization" metadata value
+// ("Bearer <secret>", InternalToken.Match's rules) ends with
+// codes.Unauthenticated and the fixed message "unauthenticated", and its
+// handler does not run. tok is the token given to the Limiter with
+// addrlimit.WithInternalToken, so the calls that pass the guard are also
+// exempt from the limit.
+//
+// The guard runs inside the limiter's interceptors, after the decision, so
+// it cannot be ordered before them: a call without the token, or with a
+// wrong, forged or retired one, is charged first (guessing is rate-limited,
+// and a retired secret is flagged) and refused with ResourceExhausted once
+// its budget is spent, as lim.Handler(tok.Require(h)) answers 429 before
+// 401. A call exempt by WithExempt still needs the token. methods are named
+// as for WithMethodPolicy: full methods, or services ("/pkg.Service/") for
+// all their methods, including, with grpc.UnknownServiceHandler, the
+// methods a client makes up under the service's name; without one, grpc-go
+// answers an unregistered method Unimplemented before any interceptor.
+// Options may be repeated to add methods, with the same token.
+func WithInternalMethods(tok *addrlimit.InternalToken, methods ...string) Option {
+	return func(i *config) error {
+		switch {
+		case tok == nil:
+			return errors.New("grpclimit: WithInternalMethods given a nil token")
+		case i.token != nil && i.token != tok:
+			return errors.New("grpclimit: WithInternalMethods given two different tokens")
+		case len(methods) == 0:
+			return errors.New("grpclimit: WithInternalMethods given no method")
+		}
+		for _, m := range methods {
+			if err := checkMethod(m); err != nil {
+				return err
+			}
+		}
+		i.token = tok
+		for _, m := range methods {
+			r := i.rules[m]
+			r.guarded = true
+			i.rules[m] = r
+		}
+		return nil
+	}
+}
+
+// errUnauthenticated ends a call of an internal method without the token.
+var errUnauthenticated = status.Error(codes.Unauthenticated, "unauthenticated")
+
+// authenticated reports whether the call in ctx carries an accepted secret
+// of the token of WithInternalMethods, by InternalToken.Match's rules.
+func (i *config) authenticated(ctx context.Context) bool {
+	r := http.Request{Header: http.Header{"Authorization": metadata.ValueFromIncomingContext(ctx, "authorization")}}
+	return i.token.Match(&r)
 }
 
 // WithTrustedProxies keys calls by the client address that t resolves from
@@ -293,19 +353,20 @@ func New(lim *addrlimit.Limiter, opts ...Option) (*Interceptor, error) {
 }
 
 // rule returns the rule of method, its own fields before its service's: the
-// policy ("" for the default one), the cost (at least 1) and the cost of a
-// message (0: messages are not charged).
+// policy ("" for the default one), the cost (at least 1), the cost of a
+// message (0: messages are not charged) and whether the token is required.
 func (i *config) rule(method string) rule {
 	if i.rules == nil {
 		return rule{cost: 1}
 	}
 	r := i.rules[method]
-	if r.policy == "" || r.cost == 0 || r.msgCost == 0 {
+	if r.policy == "" || r.cost == 0 || r.msgCost == 0 || !r.guarded {
 		if s := strings.LastIndexByte(method, '/'); s > 0 {
 			svc := i.rules[method[:s+1]]
 			r.policy = cmpOr(r.policy, svc.policy)
 			r.cost = cmpOr(r.cost, svc.cost)
 			r.msgCost = cmpOr(r.msgCost, svc.msgCost)
+			r.guarded = r.guarded || svc.guarded
 		}
 	}
 	r.cost = max(r.cost, 1)
@@ -321,7 +382,9 @@ func cmpOr[T comparable](a, b T) T {
 }
 
 // Unary returns the unary server interceptor: it decides each call before
-// the handler runs and returns the refusal's status instead of calling it.
+// the handler runs and returns the refusal's status instead of calling it,
+// or, for a method of WithInternalMethods without the token, once the call
+// is charged, Unauthenticated.
 // It panics if i was not built by New (a nil or zero Interceptor), so that
 // the mistake stops the server's setup instead of every call.
 func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
@@ -329,16 +392,16 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		r := i.rule(info.FullMethod)
 		d := i.decide(ctx, info.FullMethod, r.policy, r.cost)
-		if d.Outcome == addrlimit.Exempt {
-			return handler(ctx, req)
-		}
 		if d.Denied() {
 			md, err := i.refusal(&d)
 			_ = grpc.SetTrailer(ctx, md)
 			return nil, err
 		}
-		if i.quota {
+		if i.quota && d.Outcome != addrlimit.Exempt {
 			_ = grpc.SetHeader(ctx, i.quotaMD(&d))
+		}
+		if r.guarded && !i.authenticated(ctx) {
+			return nil, errUnauthenticated
 		}
 		return handler(ctx, req)
 	}
@@ -346,25 +409,27 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 
 // Stream returns the stream server interceptor: it decides each stream when
 // it opens, at the cost of its method, and refuses it before the handler
-// runs; with WithStreamMessageCost it also charges each message the client
+// runs (Unauthenticated, as Unary, for an internal method without the
+// token); with WithStreamMessageCost it also charges each message the client
 // sends. It panics as Unary does if i was not built by New.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 	i.mustBeBuilt()
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		r := i.rule(info.FullMethod)
 		d := i.decide(ss.Context(), info.FullMethod, r.policy, r.cost)
-		if d.Outcome == addrlimit.Exempt {
-			return handler(srv, ss)
-		}
 		if d.Denied() {
 			md, err := i.refusal(&d)
 			ss.SetTrailer(md)
 			return err
 		}
-		if i.quota {
+		exempt := d.Outcome == addrlimit.Exempt
+		if i.quota && !exempt {
 			_ = ss.SetHeader(i.quotaMD(&d))
 		}
-		if r.msgCost > 0 && info.IsClientStream {
+		if r.guarded && !i.authenticated(ss.Context()) {
+			return errUnauthenticated
+		}
+		if r.msgCost > 0 && info.IsClientStream && !exempt {
 			ss = &chargedStream{ServerStream: ss, i: i, method: info.FullMethod, policy: r.policy, cost: r.msgCost}
 		}
 		return handler(srv, ss)

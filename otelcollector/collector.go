@@ -119,7 +119,7 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 	in.storeErrors = counter("addrlimit.store_errors", "{error}", "Store failures, decided by the limiter's failure policy.")
 	in.evictions = counter("addrlimit.evictions", "{key}", "Buckets moved out of the exact in-memory table into the approximate memory, to make room.")
 	var err error
-	in.keys, err = meter.Int64ObservableUpDownCounter("addrlimit.keys", metric.WithUnit("{key}"), metric.WithDescription("Exact buckets held in memory."))
+	in.keys, err = meter.Int64ObservableUpDownCounter("addrlimit.keys", metric.WithUnit("{key}"), metric.WithDescription("Exact buckets held in this process's memory (with a remote store: the local mirror kept under FailLocal, not the store's own buckets)."))
 	errs = append(errs, err)
 	in.approxKeys, err = meter.Int64ObservableUpDownCounter("addrlimit.approx_keys", metric.WithUnit("{key}"), metric.WithDescription("Estimated number of keys whose state lives only in the approximate memory."))
 	errs = append(errs, err)

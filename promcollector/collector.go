@@ -25,7 +25,8 @@
 //	addrlimit_key_errors_total                counter  requests whose key, policy or cost was not clean (still charged)
 //	addrlimit_store_errors_total              counter  store failures (decided by the failure policy)
 //	addrlimit_evictions_total                 counter  buckets moved from the exact table to the approximate memory
-//	addrlimit_keys{policy}                    gauge    exact buckets held in memory
+//	addrlimit_keys{policy}                    gauge    exact buckets held in this process's memory (with a
+//	                                                   remote store: its local FailLocal mirror, not the store's)
 //	addrlimit_approx_keys                     gauge    estimated keys held only in the approximate memory
 //	addrlimit_approx_fill_ratio               gauge    fraction (0 to 1) of the approximate memory's cells in use,
 //	                                                   in the fullest policy's table
@@ -82,7 +83,7 @@ func New(lim *addrlimit.Limiter, name string) *Collector {
 		keyErrors:    desc("key_errors_total", "Requests whose key, policy or cost could not be determined cleanly; each was still charged."),
 		storeErrors:  desc("store_errors_total", "Store failures, decided by the limiter's failure policy."),
 		evictions:    desc("evictions_total", "Buckets moved out of the exact in-memory table into the approximate memory, to make room."),
-		keys:         desc("keys", "Exact buckets held in memory.", "policy"),
+		keys:         desc("keys", "Exact buckets held in this process's memory (with a remote store: the local mirror kept under FailLocal, not the store's own buckets).", "policy"),
 		approxKeys:   desc("approx_keys", "Estimated number of keys whose state lives only in the approximate memory."),
 		approxFill:   desc("approx_fill_ratio", "Fraction (0 to 1) of the approximate memory's cells still holding a future time, in the fullest policy's table; 0 until a table first fills."),
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // A cost over the burst is refused by the Limiter's policy alone and never
-// reaches Redis (issue 24, item 5: 1,000 requests of cost 100,000 at burst
+// reaches Redis (it used to: 1,000 requests of cost 100,000 at burst
 // 300 made 1,000 script calls, a Peek each to fill the quota fields). The
 // requests a bucket can pay still make one script call each.
 func TestCostOverBurstMakesNoScriptCall(t *testing.T) {

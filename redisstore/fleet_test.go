@@ -160,7 +160,7 @@ func TestTwoInstancesShareOneBudget(t *testing.T) {
 	}
 }
 
-// The scenario: a global 100/s limiter and a 5/min login limiter,
+// Stacked limiters on one store: a global 100/s limiter and a 5/min login limiter,
 // both with the default policy name, on one store. Logins do not spend the
 // API budget, and API calls do not spend logins.
 func TestLimitersWithDifferentPoliciesDoNotShareBuckets(t *testing.T) {

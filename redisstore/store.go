@@ -1,5 +1,6 @@
 // Package redisstore is an addrlimit.Store in Redis, so that a fleet of
-// instances shares one budget per client:
+// instances shares one budget per client. It takes a go-redis v9 client
+// (import "github.com/redis/go-redis/v9"):
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379", ContextTimeoutEnabled: true})
 //	store, err := redisstore.New(rdb)

@@ -132,7 +132,7 @@ var (
 	login  = addrlimit.Policy{Name: "login", Limits: []addrlimit.Limit{{Burst: 5, Interval: 12 * time.Second}}}
 )
 
-// The scenario at the Store level: a global 100/s policy and a
+// Stacked limiters at the Store level: a global 100/s policy and a
 // 5/min login policy on one store never share a bucket, and neither do
 // policies that differ only in name, burst or interval.
 func TestPoliciesHaveDistinctBuckets(t *testing.T) {

@@ -29,14 +29,14 @@ type limits struct {
 var production = limits{global: 300, globalPer: time.Minute, failedLogin: 5, loginPer: 15 * time.Minute}
 
 // newRouter builds the API: a per-address limit for everything (the client
-// resolved behind a load balancer in 10.0.0.0/8), internal routes exempt and
+// resolved behind load balancers in 10.0.0.0/29), internal routes exempt and
 // guarded by the same token, and a budget of failed logins.
 func newRouter(token string, l limits) (http.Handler, error) {
 	tok, err := addrlimit.NewInternalToken(token)
 	if err != nil {
 		return nil, err
 	}
-	proxies, err := addrlimit.NewTrustedProxies("X-Forwarded-For", netip.MustParsePrefix("10.0.0.0/8"))
+	proxies, err := addrlimit.NewTrustedProxies("X-Forwarded-For", netip.MustParsePrefix("10.0.0.0/29")) // the balancers only
 	if err != nil {
 		return nil, err
 	}

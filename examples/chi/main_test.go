@@ -72,3 +72,43 @@ func TestUseLimitsUnmatchedRequests(t *testing.T) {
 		t.Errorf("another client: %s, want %s", got, want)
 	}
 }
+
+// The recipe's promise, on the budget of 3 per hour: the internal token
+// exempts internal calls; every internal path, routed or not, answers 401
+// without it, after charging the call (so guessing is limited: the fourth
+// is 429); a forged token is charged the same way; the public route is
+// limited at the configured rate. A client sends the token as
+// "Authorization: Bearer <secret>".
+func TestRecipeExemptsGuardsAndLimits(t *testing.T) {
+	h, err := newRouter(token, limits{global: 3, globalPer: time.Hour, failedLogin: 3, loginPer: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(method, path, client string, n int, fields ...string) string {
+		return statuses(h, method, path, client, n, fields...)
+	}
+	for _, tc := range []struct {
+		name, method, path, client string
+		fields                     []string
+		n                          int
+		want                       string
+	}{
+		{"with the token, beyond the budget", "PUT", "/internal/agents/7/progress", "10.0.0.5", []string{"Authorization", "Bearer " + token}, 5, "[200 200 200 200 200]"},
+		{"without a token", "PUT", "/internal/agents/7/progress", "203.0.113.20", nil, 4, "[401 401 401 429]"},
+		{"an unknown internal path without a token", "GET", "/internal/no-such-route", "203.0.113.21", nil, 4, "[401 401 401 429]"},
+		{"a forged token", "PUT", "/internal/agents/7/progress", "203.0.113.22", []string{"Authorization", "Bearer forged-token-0000000000000"}, 4, "[401 401 401 429]"},
+		{"the token in another scheme", "PUT", "/internal/agents/7/progress", "203.0.113.23", []string{"Authorization", "Basic " + token}, 1, "[401]"},
+		{"the public route", "GET", "/sites", "203.0.113.24", nil, 4, "[200 200 200 429]"},
+	} {
+		if got := do(tc.method, tc.path, tc.client, tc.n, tc.fields...); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	// Other spellings of an internal path are never served without the
+	// token (the router answers 401, 404 or a redirect to the guarded path).
+	for _, p := range []string{"//internal/agents/7/progress", "/internal/agents/7/progress/", "/internal/../internal/agents/7/progress", "/%69nternal/agents/7/progress"} {
+		if got := do("PUT", p, "203.0.113.25", 1); got == "[200]" {
+			t.Errorf("PUT %s without the token: %s, want it not served", p, got)
+		}
+	}
+}

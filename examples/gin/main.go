@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/addrlimit/addrlimit"
@@ -36,17 +37,19 @@ func limit(lim *addrlimit.Limiter, refund func(status int) bool) gin.HandlerFunc
 	}
 }
 
-// guard runs net/http middleware that either answers a request itself or
-// passes it on unchanged, such as InternalToken.Require, as gin middleware.
-func guard(mw func(http.Handler) http.Handler) gin.HandlerFunc {
+// requireUnder answers every request whose path is prefix or under it
+// (prefix+"/…"), routed or not, with InternalToken.Require's 401 unless it
+// carries the token. A group's middleware would not do: gin runs it only
+// on the group's matched routes, so an unknown internal path would get 404
+// without the token. Mount it after the limiter, so that a forged token is
+// charged before it is refused.
+func requireUnder(prefix string, tok *addrlimit.InternalToken) gin.HandlerFunc {
+	unauthorized := tok.Require(http.NotFoundHandler()) // its 401, for a request without the token
 	return func(c *gin.Context) {
-		passed := false
-		mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed = true })).ServeHTTP(c.Writer, c.Request)
-		if !passed {
+		if p := c.Request.URL.Path; (p == prefix || strings.HasPrefix(p, prefix+"/")) && !tok.Match(c.Request) {
+			unauthorized.ServeHTTP(c.Writer, c.Request)
 			c.Abort()
-			return
 		}
-		c.Next()
 	}
 }
 
@@ -82,10 +85,12 @@ func newEngine(token string, l limits) (*gin.Engine, error) {
 	}
 
 	e := gin.New()
-	e.Use(limit(global, nil)) // engine middleware runs for unmatched paths (404) too
+	// Engine middleware runs for unmatched paths (404) too: the limiter,
+	// then the guard of every /internal path.
+	e.Use(limit(global, nil), requireUnder("/internal", tok))
 	e.GET("/sites", func(c *gin.Context) { c.JSON(http.StatusOK, []string{}) })
 	e.POST("/login", limit(login, func(status int) bool { return status < 400 }), signIn)
-	internal := e.Group("/internal", guard(tok.Require))
+	internal := e.Group("/internal")
 	internal.PUT("/agents/:id/progress", func(c *gin.Context) { c.String(http.StatusOK, "saved") })
 	return e, nil
 }

@@ -57,6 +57,21 @@ func statuses(t *testing.T, srv *httptest.Server, method, path, client string, n
 	return s
 }
 
+// guard runs net/http middleware that either answers a request itself or
+// passes it on unchanged as gin middleware: a net/http limiter adapted
+// this way sees nothing that gin handlers write.
+func guard(mw func(http.Handler) http.Handler) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		passed := false
+		mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed = true })).ServeHTTP(c.Writer, c.Request)
+		if !passed {
+			c.Abort()
+			return
+		}
+		c.Next()
+	}
+}
+
 func newServer(t *testing.T, l limits) *httptest.Server {
 	t.Helper()
 	e, err := newEngine(token, l)
@@ -96,7 +111,7 @@ func TestStatusWithoutBodyIsCounted(t *testing.T) {
 }
 
 func TestNetHTTPLimiterAdaptedIntoGinNeverRefunds(t *testing.T) {
-	// The trap of issue 18: a limiter WithRefund adapted into gin sees
+	// The trap: a net/http limiter WithRefund adapted into gin sees
 	// nothing written (gin handlers write to c.Writer, after the adapter
 	// returned). It used to take that for 200 and refund every failed
 	// login: [401 401 401 401 401]. Now nothing written is counted, so
@@ -190,5 +205,42 @@ func TestInternalRoutesNeedTheToken(t *testing.T) {
 	}
 	if got, want := statuses(t, srv, "PUT", "/internal/agents/7/progress", "203.0.113.6", 4, "Authorization", "Bearer forged-token-0000000000000"), "[401 401 401 429]"; got != want {
 		t.Errorf("forged token: %s, want %s (guarded and counted)", got, want)
+	}
+}
+
+// The recipe's promise, on the budget of 3 per hour: the internal token
+// exempts internal calls; every internal path, routed or not, answers 401
+// without it, after charging the call (so guessing is limited: the fourth
+// is 429); a forged token is charged the same way; the public route is
+// limited at the configured rate. A client sends the token as
+// "Authorization: Bearer <secret>".
+func TestRecipeExemptsGuardsAndLimits(t *testing.T) {
+	srv := newServer(t, small)
+	do := func(method, path, client string, n int, fields ...string) string {
+		return statuses(t, srv, method, path, client, n, fields...)
+	}
+	for _, tc := range []struct {
+		name, method, path, client string
+		fields                     []string
+		n                          int
+		want                       string
+	}{
+		{"with the token, beyond the budget", "PUT", "/internal/agents/7/progress", "10.0.0.5", []string{"Authorization", "Bearer " + token}, 5, "[200 200 200 200 200]"},
+		{"without a token", "PUT", "/internal/agents/7/progress", "203.0.113.20", nil, 4, "[401 401 401 429]"},
+		{"an unknown internal path without a token", "GET", "/internal/no-such-route", "203.0.113.21", nil, 4, "[401 401 401 429]"},
+		{"a forged token", "PUT", "/internal/agents/7/progress", "203.0.113.22", []string{"Authorization", "Bearer forged-token-0000000000000"}, 4, "[401 401 401 429]"},
+		{"the token in another scheme", "PUT", "/internal/agents/7/progress", "203.0.113.23", []string{"Authorization", "Basic " + token}, 1, "[401]"},
+		{"the public route", "GET", "/sites", "203.0.113.24", nil, 4, "[200 200 200 429]"},
+	} {
+		if got := do(tc.method, tc.path, tc.client, tc.n, tc.fields...); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	// Other spellings of an internal path are never served without the
+	// token (the router answers 401, 404 or a redirect to the guarded path).
+	for _, p := range []string{"//internal/agents/7/progress", "/internal/agents/7/progress/", "/internal/../internal/agents/7/progress", "/%69nternal/agents/7/progress"} {
+		if got := do("PUT", p, "203.0.113.25", 1); got == "[200]" {
+			t.Errorf("PUT %s without the token: %s, want it not served", p, got)
+		}
 	}
 }

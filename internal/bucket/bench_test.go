@@ -34,7 +34,7 @@ func BenchmarkTakeAllowed(b *testing.B) {
 }
 
 // BenchmarkTakeNewKeyWhenFull: every request comes from a key the table has
-// never seen while the table is at its cap (issue 11 target: <= 5µs). The
+// never seen while the table is at its cap (target: <= 5µs). The
 // flood either spends one token per key (victims go to the sketch) or
 // drains each key first (so its first request also reads a sketch crowded
 // with drained cells). Keys never repeat within a run of 1M.
@@ -81,8 +81,8 @@ func BenchmarkTakeReturningAbuser(b *testing.B) {
 
 // BenchmarkStatsDuringFlood: Stats of a table at 1<<20 keys (the root
 // package's DefaultMaxKeys) full and evicting, while another goroutine
-// floods it with new keys (issue 24, item 9: 27-45ms when it scanned a
-// sketch row per shard; target <= 1ms).
+// floods it with new keys (target <= 1ms; it took 27-45ms when it scanned
+// a sketch row per shard).
 func BenchmarkStatsDuringFlood(b *testing.B) {
 	p := mustPolicy(b, 5, 12*time.Second)
 	tab := NewTable(p, 1<<20)

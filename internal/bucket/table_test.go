@@ -126,7 +126,7 @@ func TestEvictionPicksTheCheapestBucket(t *testing.T) {
 	assert.Equal(t, uint64(1), tab.Stats().Evictions, "dropping a full bucket counted as an eviction")
 }
 
-// Issue 24, item 8, in the table: a light client refills between its
+// A light client, in the table: it refills between its
 // requests, so it was the fullest bucket of every sample and was evicted
 // each time a flood sampled it, and rounded up to a tau/64 unit at each
 // return (or started drained when its three cells collided). Its bucket now
@@ -316,8 +316,8 @@ func TestResetUnblocksAKeyInTheSketch(t *testing.T) {
 	assert.Equal(t, p.Burst(), tab.peek(h, 0).Remaining)
 	// The flood goes on: the bucket kept for h is neither swept nor evicted
 	// while the sketch would limit h, though as h spends it is fuller than
-	// every drained key (issue 18, item 9: the fullest-first rule used to
-	// evict it first, undoing the Reset).
+	// every drained key (the fullest-first rule used to evict it first,
+	// undoing the Reset).
 	ms := int64(time.Millisecond)
 	for i := range int64(p.Burst()) {
 		for range 1000 {
@@ -337,8 +337,8 @@ func TestResetUnblocksAKeyInTheSketch(t *testing.T) {
 
 // Reset pins at most an eighth of a shard's capacity: the pinned buckets
 // outlast a flood, the others are evicted like any bucket, and the table
-// never exceeds its cap (issue 24, item 6: Resets must hold, but no caller
-// may pin the whole table).
+// never exceeds its cap (Resets must hold, but no caller may pin the whole
+// table).
 func TestResetPinsAreBounded(t *testing.T) {
 	rng := rand.New(rand.NewPCG(27, 28))
 	p := mustPolicy(t, 5, time.Second)
@@ -379,8 +379,8 @@ func TestResetPinsAreBounded(t *testing.T) {
 
 // During a flood, a Reset keeps the bucket of a key the flood has not
 // evicted too, pinned while its client spends: dropped as full, it would
-// start from its cells, which the flood may fill meanwhile (issue 24, item
-// 6: customers not yet evicted lost their Reset that way). Once the client
+// start from its cells, which the flood may fill meanwhile (customers not
+// yet evicted lost their Reset that way). Once the client
 // has left it full for a refill interval, it is unpinned and dropped.
 func TestResetPinsAKeyNotInTheSketch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))

@@ -241,6 +241,12 @@ func CheckName(name string) error {
 	return nil
 }
 
+// Sets reports whether Write sets any field for s: not for an allowed
+// request under None or with an unknown quota.
+func (w *Writer) Sets(s State) bool {
+	return s.Denied || !s.Unknown && w.style != None
+}
+
 // Write sets the fields for s on h, replacing earlier values.
 func (w *Writer) Write(h http.Header, s State) {
 	w.write(h, s, 0)

@@ -3,7 +3,12 @@
 // requests, so what is measured is what a server loses to its limiter.
 //
 //	go run ./cmd/e2e -list                          # the contenders, one a line
-//	go run ./cmd/e2e -lib addrlimit [-addr 127.0.0.1:0]
+//	go run ./cmd/e2e -lib addrlimit [-addr 127.0.0.1:0] [-cpuprofile FILE]
+//
+// With -cpuprofile it profiles the server's CPU from the first line of output
+// until it stops, and then prints to standard error the allocations and
+// garbage collections of that time, so that profiles of two contenders under
+// the same load compare per request.
 //
 // It prints the URL it serves on its first line of output and serves until
 // interrupted (SIGINT, SIGTERM). It listens on loopback addresses only. The
@@ -22,6 +27,8 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -43,6 +50,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	lib := fs.String("lib", "addrlimit", "contender to serve (see -list)")
 	addr := fs.String("addr", "127.0.0.1:0", "loopback address to listen on")
 	list := fs.Bool("list", false, "print the contenders and exit")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the serving time to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -64,6 +72,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if *cpuprofile != "" {
+		stop, err := profile(*cpuprofile)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stop()
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(out, "http://%s/\n", ln.Addr())
@@ -89,6 +105,28 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 // clock and charging the bucket looks like part of a burst and is refused:
 // on one core, under load, that happens.
 var policy = benchmarks.Policy{Limit: benchmarks.Unlimited.Limit, Per: benchmarks.Unlimited.Per, Burst: 1_000_000}
+
+// profile starts a CPU profile into path; stop ends it and prints the
+// allocations (count and bytes) and garbage collections since the start.
+func profile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		fmt.Fprintf(os.Stderr, "mallocs %d bytes %d gc %d\n", after.Mallocs-before.Mallocs, after.TotalAlloc-before.TotalAlloc, after.NumGC-before.NumGC)
+	}, nil
+}
 
 // checkLoopback refuses any listening address that is not a loopback IP.
 func checkLoopback(addr string) error {

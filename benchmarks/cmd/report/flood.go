@@ -50,7 +50,7 @@ func (r *floodResults) metric(work, unit string) (float64, bool) {
 // flood_test.go); TestRotationTargetIsTheTestsBound fails if they differ.
 const rotationTarget = 1.1
 
-// floodTargets adds the rows of issue 11's targets.
+// floodTargets adds the rows of the address-flood targets.
 func floodTargets(r *floodResults, add func(target, measured string, met bool, note string), missing func(target, note string)) {
 	newcomers := []struct{ work, target, was string }{
 		{"FloodNewcomers/issue11/maxKeys=1000/drained=1500", "flood: WithMaxKeys(1000), 1,500 drained, 100 newcomers: ≥ 90 served", "the overflow table served 0 %"},
@@ -76,7 +76,7 @@ func floodTargets(r *floodResults, add func(target, measured string, met bool, n
 		}
 	}
 	if v, ok := r.metric("FloodHeap", "B/maxkey"); ok {
-		add("heap growth under 2,000,000 addresses at WithMaxKeys(100,000): ≤ 232 B per max key", fmt.Sprintf("%.1f B", v), v <= 232, "3 rows of 64 one-byte cells per key since issue 24 (was 107.7 B with rows of 28 cells, 90.9 B with 4 rows of 4 four-byte cells)")
+		add("heap growth under 2,000,000 addresses at WithMaxKeys(100,000): ≤ 232 B per max key", fmt.Sprintf("%.1f B", v), v <= 232, "3 rows of 64 one-byte cells per key (was 107.7 B with rows of 28 cells, 90.9 B with 4 rows of 4 four-byte cells)")
 	} else {
 		missing("heap growth under a 2,000,000-address flood: ≤ 232 B per max key", "BenchmarkFloodHeap did not run")
 	}

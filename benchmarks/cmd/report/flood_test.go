@@ -43,7 +43,7 @@ BenchmarkAllowed/lib=addrlimit-2 	 1000	 300 ns/op
 	check("flood: WithMaxKeys(1000)", "90.0 % served", true) // median of 100 and 80
 	check("the same, a freshly drained", "89.0 % served", false)
 	check("rotation: 2,000 addresses", "0.97×", true)
-	check("rotation: drain", "1.20×", false) // over 1.1, under issue 11's old 1.5
+	check("rotation: drain", "1.20×", false) // over 1.1, under the first target, 1.5
 	check("heap growth", "240.0 B", false)
 	check("a request from a new key", "1.50 µs", true)
 	if len(absent) != 1 {

@@ -77,3 +77,27 @@ func TestCumulative(t *testing.T) {
 		t.Error("seconds accepts a percentage")
 	}
 }
+
+// BenchmarkServe's target compares the CPU each contender adds to the bare
+// handler; at GOMAXPROCS 1 the names carry no suffix to strip.
+func TestServeTarget(t *testing.T) {
+	res := parseBench(strings.NewReader(`BenchmarkServe/lib=bare 	 100	 9000 ns/op	 7000 cpu-ns/op	 1312 B/op	 12 allocs/op
+BenchmarkServe/lib=headers-only 	 100	 9000 ns/op	 9000 cpu-ns/op	 2128 B/op	 18 allocs/op
+BenchmarkServe/lib=addrlimit 	 100	 9000 ns/op	 10000 cpu-ns/op	 2129 B/op	 16 allocs/op
+BenchmarkServe/lib=go-limiter 	 100	 9000 ns/op	 12000 cpu-ns/op	 2296 B/op	 25 allocs/op
+BenchmarkServe/lib=tollbooth 	 100	 9000 ns/op	 17000 cpu-ns/op	 2720 B/op	 41 allocs/op
+`))
+	r, ok := serveTarget(res)
+	if !ok {
+		t.Fatal("no target row")
+	}
+	if want := "3000 ns vs 5000 ns (go-limiter): 0.60×"; r.measured != want || r.met {
+		t.Errorf("measured %q (met %v), want %q, not met", r.measured, r.met, want)
+	}
+	if !strings.Contains(r.note, "add 2000 ns, 0.40×") {
+		t.Errorf("note %q lacks what headers-only adds", r.note)
+	}
+	if _, ok := serveTarget(parseBench(strings.NewReader(""))); ok {
+		t.Error("a target row without figures")
+	}
+}
