@@ -37,7 +37,7 @@ func (l *Limiter) decide(ctx context.Context, c *Call, r *http.Request, str bool
 		}
 		if d.RetiredToken {
 			l.retiredLimited.Add(1)
-			l.identities.retired[id].Add(1)
+			l.identities.count(l.identities.retired, id)
 		}
 	}
 	if d.RetiredToken {
@@ -69,7 +69,7 @@ func (l *Limiter) exemption(authorization []string, exempt bool, r *http.Request
 		class, id = l.token.classify(authorization)
 	}
 	if class == tokenAccepted {
-		l.identities.exempt[id].Add(1)
+		l.identities.count(l.identities.exempt, id)
 		d.Identity = l.identities.name(id)
 	}
 	if class == tokenAccepted || exempt || r != nil && l.exempt != nil && l.exempt(r) {

@@ -101,9 +101,9 @@ type IdentityStats struct {
 	RetiredTokenLimited uint64
 }
 
-// identityCounters counts, per identity of the Limiter's token (index 0:
-// anonymous secrets, counted only in the totals), the exempt and the
-// retired-limited requests.
+// identityCounters counts, per named identity of the Limiter's token, the
+// exempt and the retired-limited requests; counter i is identity i+1's (the
+// anonymous secrets, identity 0, count only in the totals).
 type identityCounters struct {
 	names           []string
 	exempt, retired []atomic.Uint64
@@ -117,8 +117,15 @@ func newIdentityCounters(t *InternalToken) *identityCounters {
 	}
 	return &identityCounters{
 		names:   names,
-		exempt:  make([]atomic.Uint64, len(names)+1),
-		retired: make([]atomic.Uint64, len(names)+1),
+		exempt:  make([]atomic.Uint64, len(names)),
+		retired: make([]atomic.Uint64, len(names)),
+	}
+}
+
+// count adds one to identity id's counter in counters, if it has one.
+func (c *identityCounters) count(counters []atomic.Uint64, id int) {
+	if id > 0 {
+		counters[id-1].Add(1)
 	}
 }
 
@@ -138,7 +145,7 @@ func (c *identityCounters) stats() []IdentityStats {
 	}
 	s := make([]IdentityStats, len(c.names))
 	for i, n := range c.names {
-		s[i] = IdentityStats{Name: n, Exempt: c.exempt[i+1].Load(), RetiredTokenLimited: c.retired[i+1].Load()}
+		s[i] = IdentityStats{Name: n, Exempt: c.exempt[i].Load(), RetiredTokenLimited: c.retired[i].Load()}
 	}
 	return s
 }
