@@ -229,3 +229,22 @@ func BenchmarkExempt(b *testing.B) {
 		})
 	}
 }
+
+// Decide (grpclimit's path) names the identity from Call.Authorization.
+func TestDecideNamesTheIdentity(t *testing.T) {
+	lim := mustNew(t, 1, time.Hour, addrlimit.WithInternalToken(identities(t)))
+	ctx := context.Background()
+	call := func(secret string) addrlimit.Call {
+		return addrlimit.Call{Addr: netipAddr("192.0.2.1"), Authorization: []string{"Bearer " + secret}, Route: "/svc/Method"}
+	}
+	d := lim.Decide(ctx, call(gateSecret))
+	assert.Equal(t, addrlimit.Exempt, d.Outcome)
+	assert.Equal(t, "preview-gate", d.Identity)
+	d = lim.Decide(ctx, call(edgeOld))
+	assert.Equal(t, "allowed edge true", fmt.Sprint(d.Outcome, " ", d.Identity, " ", d.RetiredToken))
+	d = lim.Decide(ctx, call(edgeOld))
+	assert.Equal(t, "limited edge true", fmt.Sprint(d.Outcome, " ", d.Identity, " ", d.RetiredToken))
+	d = lim.Decide(ctx, call(otherDeploySS))
+	assert.Equal(t, "limited  false", fmt.Sprint(d.Outcome, " ", d.Identity, " ", d.RetiredToken))
+	assert.Equal(t, []addrlimit.IdentityStats{{Name: "edge", RetiredTokenLimited: 1}, {Name: "preview-gate", Exempt: 1}}, lim.Stats().Identities)
+}
