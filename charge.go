@@ -17,7 +17,7 @@ import (
 // and BenchmarkAllowed10k (see internal/DESIGN.md).
 func (l *Limiter) decide(ctx context.Context, c *Call, r *http.Request, str bool, d *Decision) (*policyState, bucketKey) {
 	d.Route = c.Route
-	class := l.exemption(c.Authorization, c.Exempt, r, d)
+	class, id := l.exemption(c.Authorization, c.Exempt, r, d)
 	if d.Outcome == Exempt {
 		return nil, bucketKey{}
 	}
@@ -38,7 +38,11 @@ func (l *Limiter) decide(ctx context.Context, c *Call, r *http.Request, str bool
 		}
 		if d.RetiredToken {
 			l.retiredLimited.Add(1)
+			l.identities.count(l.identities.retired, id)
 		}
+	}
+	if d.RetiredToken {
+		d.Identity = l.identities.name(id)
 	}
 	return ps, k
 }
@@ -55,19 +59,25 @@ func join(a, b error) error {
 	return errors.Join(a, b)
 }
 
-// exemption classifies the bearer token of the Authorization values and, if
-// the call is exempt (an accepted secret, the adapter's rule, or WithExempt
-// for an HTTP request r), counts it and sets d.Outcome to Exempt.
-func (l *Limiter) exemption(authorization []string, exempt bool, r *http.Request, d *Decision) tokenClass {
-	class := tokenNone
+// exemption classifies the bearer token of the Authorization values, and
+// returns its class and identity. If the call is exempt (an accepted
+// secret, the adapter's rule, or WithExempt for an HTTP request r), it
+// counts it (per identity for an accepted secret, naming it in d) and sets
+// d.Outcome to Exempt.
+func (l *Limiter) exemption(authorization []string, exempt bool, r *http.Request, d *Decision) (tokenClass, int) {
+	class, id := tokenNone, 0
 	if l.token != nil {
-		class = l.token.classify(authorization)
+		class, id = l.token.classify(authorization)
+	}
+	if class == tokenAccepted {
+		l.identities.count(l.identities.exempt, id)
+		d.Identity = l.identities.name(id)
 	}
 	if class == tokenAccepted || exempt || r != nil && l.exempt != nil && l.exempt(r) {
 		l.exempted.Add(1)
 		d.Outcome = Exempt
 	}
-	return class
+	return class, id
 }
 
 // describe applies the Limiter's HTTP rules to r, a request that is not

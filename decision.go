@@ -35,7 +35,7 @@ func (o Outcome) String() string {
 }
 
 // Decision describes what a Limiter decided for one request. For an Exempt
-// decision every other field but Route is zero.
+// decision every other field but Route and Identity is zero.
 type Decision struct {
 	Outcome Outcome
 	// Route is Call.Route: an HTTP request's URL path, a gRPC call's full
@@ -79,6 +79,11 @@ type Decision struct {
 	// internal token has retired (see InternalToken.WithRetired): one of your
 	// own services still uses an old secret. Nobody else can produce it.
 	RetiredToken bool
+	// Identity names the identity (NewIdentities) whose secret the request
+	// carried: on an Exempt decision, and with RetiredToken. It is empty for
+	// the anonymous secrets of NewInternalToken and WithRetired, and for
+	// every other request. Its values are the configured names only.
+	Identity string
 	// Credentialed: the request carried Authorization values but was not
 	// exempt (anyone can send them).
 	Credentialed bool

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
+	"sync/atomic"
 )
 
 // Secret length bounds for NewInternalToken, in bytes.
@@ -41,23 +43,34 @@ type InternalToken struct {
 // tokenSecrets holds the digests of an InternalToken inside a closure:
 // reflection shows a func as an address and cannot reach what it captured
 // (a pointer or an unexported field would not stop go-spew, which walks
-// both). Calling it costs Match one indirect call.
+// both). Calling it costs Match one indirect call. names are the names of
+// the identities (NewIdentities), which are no secret: names[i-1] is
+// identity i, and identity 0 holds the anonymous secrets.
 type tokenSecrets struct {
-	digests func() (accepted, retired [][sha256.Size]byte)
+	digests func() (accepted, retired []secretDigest)
+	names   []string
+}
+
+// secretDigest is the digest of one secret and the identity that holds it
+// (0: anonymous).
+type secretDigest struct {
+	sum [sha256.Size]byte
+	id  int
 }
 
 // newTokenSecrets keeps accepted and retired out of reflection's reach.
-func newTokenSecrets(accepted, retired [][sha256.Size]byte) *tokenSecrets {
-	return &tokenSecrets{digests: func() ([][sha256.Size]byte, [][sha256.Size]byte) { return accepted, retired }}
+func newTokenSecrets(accepted, retired []secretDigest, names []string) *tokenSecrets {
+	return &tokenSecrets{digests: func() ([]secretDigest, []secretDigest) { return accepted, retired }, names: names}
 }
 
-// secrets returns t's accepted and retired digests (none for the zero
-// InternalToken). They are shared: do not modify them.
-func (t InternalToken) secrets() (accepted, retired [][sha256.Size]byte) {
+// secrets returns t's accepted and retired digests and its identity names
+// (none for the zero InternalToken). They are shared: do not modify them.
+func (t InternalToken) secrets() (accepted, retired []secretDigest, names []string) {
 	if t.s == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return t.s.digests()
+	accepted, retired = t.s.digests()
+	return accepted, retired, t.s.names
 }
 
 // NewInternalToken returns a token that accepts any of secrets (several during
@@ -68,11 +81,11 @@ func NewInternalToken(secrets ...string) (*InternalToken, error) {
 	if len(secrets) == 0 {
 		return nil, errors.New("addrlimit: NewInternalToken needs at least one secret")
 	}
-	digests, err := digestSecrets("secret", secrets)
+	digests, err := digestSecrets("secret", secrets, 0)
 	if err != nil {
 		return nil, err
 	}
-	return &InternalToken{newTokenSecrets(digests, nil)}, nil
+	return &InternalToken{newTokenSecrets(digests, nil, nil)}, nil
 }
 
 // WithRetired returns a copy of t that also recognises secrets that are no
@@ -81,31 +94,39 @@ func NewInternalToken(secrets ...string) (*InternalToken, error) {
 // RetiredToken and counts it in Stats.RetiredTokenLimited when it is
 // limited. Only your own services know a retired secret, so that signal,
 // unlike "some request with credentials was limited", cannot be forged by a
-// client: alert on it. A secret may not be both accepted and retired. The
-// rules and errors for the secrets are those of NewInternalToken.
+// client: alert on it. A secret may not be both accepted and retired, nor
+// retired by an identity of NewIdentities. The secrets added here are
+// anonymous (Decision.Identity is empty); give an identity its retired
+// secrets in Identity.Retired. The rules and errors for the secrets are
+// those of NewInternalToken.
 func (t *InternalToken) WithRetired(secrets ...string) (*InternalToken, error) {
 	if len(secrets) == 0 {
 		return nil, errors.New("addrlimit: WithRetired needs at least one secret")
 	}
-	retired, err := digestSecrets("retired secret", secrets)
+	retired, err := digestSecrets("retired secret", secrets, 0)
 	if err != nil {
 		return nil, err
 	}
-	accepted, was := t.secrets()
+	accepted, was, names := t.secrets()
 	for i, r := range retired {
 		for _, d := range accepted {
-			if r == d {
+			if r.sum == d.sum {
 				return nil, fmt.Errorf("addrlimit: retired secret %d of %d is also an accepted secret", i+1, len(secrets))
 			}
 		}
+		for _, d := range was {
+			if r.sum == d.sum && d.id != 0 {
+				return nil, fmt.Errorf("addrlimit: retired secret %d of %d is also a retired secret of identity %q", i+1, len(secrets), names[d.id-1])
+			}
+		}
 	}
-	return &InternalToken{newTokenSecrets(accepted, append(was[:len(was):len(was)], retired...))}, nil
+	return &InternalToken{newTokenSecrets(accepted, append(was[:len(was):len(was)], retired...), names)}, nil
 }
 
-// digestSecrets validates secrets and returns their digests. Errors say
-// which secret is wrong and why, never what it is.
-func digestSecrets(what string, secrets []string) ([][sha256.Size]byte, error) {
-	digests := make([][sha256.Size]byte, len(secrets))
+// digestSecrets validates secrets and returns their digests, held by
+// identity id. Errors say which secret is wrong and why, never what it is.
+func digestSecrets(what string, secrets []string, id int) ([]secretDigest, error) {
+	digests := make([]secretDigest, len(secrets))
 	for i, s := range secrets {
 		switch {
 		case s == "":
@@ -117,21 +138,27 @@ func digestSecrets(what string, secrets []string) ([][sha256.Size]byte, error) {
 		case !isB64Token(s):
 			return nil, fmt.Errorf("addrlimit: internal token %s %d of %d has a character outside RFC 6750 b64token (A-Z a-z 0-9 - . _ ~ + / then = padding; check for spaces or a trailing newline)", what, i+1, len(secrets))
 		}
-		digests[i] = sha256.Sum256([]byte(s))
+		digests[i] = secretDigest{sha256.Sum256([]byte(s)), id}
 	}
 	return digests, nil
 }
 
-// String returns "InternalToken(N secrets)" (retired ones counted apart),
-// never anything derived from a secret. Its receiver, like those of Format,
+// String returns "InternalToken(N secrets)" (retired ones counted apart,
+// then the names of the identities of NewIdentities, as in
+// "InternalToken(3 secrets, 1 retired; identities edge, gate)"), never
+// anything derived from a secret. Its receiver, like those of Format,
 // GoString and LogValue, is a value, so a token held by value prints the same
 // as a pointer to one (fmt prints a nil pointer as "<nil>").
 func (t InternalToken) String() string {
-	accepted, retired := t.secrets()
-	if len(retired) > 0 {
-		return fmt.Sprintf("InternalToken(%d secrets, %d retired)", len(accepted), len(retired))
+	accepted, retired, names := t.secrets()
+	ids := ""
+	if len(names) > 0 {
+		ids = "; identities " + strings.Join(names, ", ")
 	}
-	return fmt.Sprintf("InternalToken(%d secrets)", len(accepted))
+	if len(retired) > 0 {
+		return fmt.Sprintf("InternalToken(%d secrets, %d retired%s)", len(accepted), len(retired), ids)
+	}
+	return fmt.Sprintf("InternalToken(%d secrets%s)", len(accepted), ids)
 }
 
 // Format prints String for every verb (%v, %+v, %#v, %s, %x, …), so that no
@@ -151,7 +178,8 @@ func (t InternalToken) LogValue() slog.Value { return slog.StringValue(t.String(
 // secrets nor their lengths. A missing, repeated, empty or malformed header,
 // another scheme or a wrong token gives false.
 func (t *InternalToken) Match(r *http.Request) bool {
-	return t.classify(r.Header["Authorization"]) == tokenAccepted
+	class, _ := t.classify(r.Header["Authorization"])
+	return class == tokenAccepted
 }
 
 // tokenClass is what a request's bearer token is to an InternalToken.
@@ -165,33 +193,50 @@ const (
 
 // classify hashes the bearer token of the Authorization values once and
 // compares the digest with every accepted and retired secret in constant
-// time, without stopping early.
-func (t *InternalToken) classify(authorization []string) tokenClass {
+// time, without stopping early, and picks the identity of the one that
+// matched (0: anonymous, or none) with a constant-time select: the work is
+// the same whichever secret, of whichever identity, matches, or none.
+func (t *InternalToken) classify(authorization []string) (tokenClass, int) {
 	tok, ok := bearerToken(authorization)
 	if !ok {
-		return tokenNone
+		return tokenNone, 0
 	}
 	if t == nil || t.s == nil { // a nil or zero token accepts nothing
-		return tokenNone
+		return tokenNone, 0
 	}
 	var buf [MaxTokenLen]byte
 	d := sha256.Sum256(buf[:copy(buf[:], tok)])
 	digests, retiredDigests := t.s.digests()
-	accepted, retired := 0, 0
+	accepted, retired, id := 0, 0, 0
 	for i := range digests {
-		accepted |= subtle.ConstantTimeCompare(d[:], digests[i][:])
+		eq := subtle.ConstantTimeCompare(d[:], digests[i].sum[:])
+		accepted |= eq
+		id = subtle.ConstantTimeSelect(eq, digests[i].id, id)
 	}
 	for i := range retiredDigests {
-		retired |= subtle.ConstantTimeCompare(d[:], retiredDigests[i][:])
+		eq := subtle.ConstantTimeCompare(d[:], retiredDigests[i].sum[:])
+		retired |= eq
+		id = subtle.ConstantTimeSelect(eq, retiredDigests[i].id, id)
+	}
+	if countComparisons.Load() {
+		comparisons.Add(int64(len(digests) + len(retiredDigests)))
 	}
 	switch {
 	case accepted == 1:
-		return tokenAccepted
+		return tokenAccepted, id
 	case retired == 1:
-		return tokenRetired
+		return tokenRetired, id
 	}
-	return tokenNone
+	return tokenNone, 0
 }
+
+// Tests set countComparisons to have classify add the digests it compared
+// to comparisons. (A replaceable compare function would move the digest of
+// every token to the heap.)
+var (
+	countComparisons atomic.Bool
+	comparisons      atomic.Int64
+)
 
 // Require returns a handler that serves next only for requests that Match,
 // and answers all others (retired secrets included) 401 Unauthorized with

@@ -13,3 +13,15 @@ func NewTestFailover(remote Store, p FailurePolicy, maxKeys int) Store {
 
 // MaxDebtKeys is how many keys a policy's debt record holds.
 const MaxDebtKeys = maxDebtKeys
+
+// CountDigestComparisons makes every token count the digests it compares
+// until the returned function stops counting and reports how many. Tests
+// that use it must not run in parallel.
+func CountDigestComparisons() (stop func() int) {
+	comparisons.Store(0)
+	countComparisons.Store(true)
+	return func() int {
+		countComparisons.Store(false)
+		return int(comparisons.Load())
+	}
+}

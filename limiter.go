@@ -86,6 +86,7 @@ type Limiter struct {
 	keys      keyer // the seam's: how keys are hashed, and whether it needs their strings
 
 	exempted, credentialed, retiredLimited, keyErrors, storeErrors, refunded atomic.Uint64
+	identities                                                               *identityCounters // per identity of token
 }
 
 // policyState is one policy with its buckets, its header fields and the
@@ -136,18 +137,19 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{
-		byName:    make(map[string]*policyState, 1+len(c.policies)),
-		keyFunc:   c.keyFunc,
-		addrKeys:  keysByAddr(c.keyFunc),
-		selector:  c.selector,
-		cost:      c.cost,
-		refund:    c.refund,
-		exempt:    c.exempt,
-		token:     c.token,
-		denied:    c.denied,
-		observers: c.observers,
-		dryRun:    c.dryRun,
-		inContext: c.decisionInContext,
+		byName:     make(map[string]*policyState, 1+len(c.policies)),
+		keyFunc:    c.keyFunc,
+		addrKeys:   keysByAddr(c.keyFunc),
+		selector:   c.selector,
+		cost:       c.cost,
+		refund:     c.refund,
+		exempt:     c.exempt,
+		token:      c.token,
+		identities: newIdentityCounters(c.token),
+		denied:     c.denied,
+		observers:  c.observers,
+		dryRun:     c.dryRun,
+		inContext:  c.decisionInContext,
 	}
 	mem := newMemStore(c.maxKeys)
 	if c.clock != nil {

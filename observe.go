@@ -30,7 +30,9 @@ import (
 // (rounded up to whole seconds), credentialed (the request carried an
 // Authorization header but was not exempt: a hint anyone can trigger),
 // retired_token (it carried a retired internal secret: one of your services,
-// for sure), suppressed, degraded (only when Decision.Degraded is set) and
+// for sure), suppressed, identity (Decision.Identity, only when set: the
+// service still sending a retired secret), degraded (only when
+// Decision.Degraded is set) and
 // error (only when there is one), with the decision's context. It never
 // logs header values, so tokens never reach the log.
 //
@@ -142,6 +144,9 @@ func (o *LogObserver) Observe(ctx context.Context, d Decision) {
 		slog.Bool("credentialed", d.Credentialed),
 		slog.Bool("retired_token", d.RetiredToken),
 		slog.Uint64("suppressed", suppressed),
+	}
+	if d.Identity != "" {
+		attrs = append(attrs, slog.String("identity", d.Identity))
 	}
 	if d.Degraded {
 		attrs = append(attrs, slog.Bool("degraded", true))

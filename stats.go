@@ -42,6 +42,11 @@ type Stats struct {
 	ApproxFill float64
 	// Policies breaks the decisions down by policy: the default one first.
 	Policies []PolicyStats
+	// Identities breaks Exempt and RetiredTokenLimited down by the
+	// identities of the internal token (NewIdentities), in their order; the
+	// anonymous secrets are counted only in the totals. Nil without
+	// identities.
+	Identities []IdentityStats
 }
 
 // PolicyStats are the counters of one policy.
@@ -99,5 +104,6 @@ func (l *Limiter) Stats() Stats {
 		fill = max(fill, t.ApproxFill)
 	}
 	s.ApproxFill = fill
+	s.Identities = l.identities.stats()
 	return s
 }

@@ -28,6 +28,9 @@
 //	addrlimit.keys                   Int64ObservableUpDownCounter  {key}      addrlimit_keys{policy}
 //	addrlimit.approx_keys            Int64ObservableUpDownCounter  {key}      addrlimit_approx_keys
 //	addrlimit.approx_fill            Float64ObservableGauge        1          addrlimit_approx_fill_ratio
+//	addrlimit.identity_exempt        Int64ObservableCounter        {request}  addrlimit_identity_exempt_total{identity}
+//	addrlimit.identity_retired_token_limited
+//	                                 Int64ObservableCounter        {request}  addrlimit_identity_retired_token_limited_total{identity}
 //
 // addrlimit.requests has the attributes policy and outcome: "allowed" and
 // "limited" (dry-run decisions included) for each policy, and "exempt" with
@@ -35,7 +38,9 @@
 // policy can have the empty name). addrlimit.limit_denials has the
 // attributes policy and limit: the limited requests of each limit of each
 // policy, by the limit that denied them (Decision.Limit). addrlimit.keys has
-// the attribute policy.
+// the attribute policy. The addrlimit.identity_* instruments have the
+// attribute identity, one per name of addrlimit.NewIdentities (requests with
+// anonymous secrets count only in the totals).
 // With WithName every observation also carries the attribute limiter. Counters
 // saturate at the largest int64 instead of wrapping.
 //
@@ -83,6 +88,7 @@ type instruments struct {
 	requests, refunded, credentialed, retired metric.Int64ObservableCounter
 	denials                                   metric.Int64ObservableCounter
 	keyErrors, storeErrors, evictions         metric.Int64ObservableCounter
+	identityExempt, identityRetired           metric.Int64ObservableCounter
 	keys, approxKeys                          metric.Int64ObservableUpDownCounter
 	approxFill                                metric.Float64ObservableGauge
 }
@@ -118,6 +124,8 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 	in.keyErrors = counter("addrlimit.key_errors", "{request}", "Requests whose key, policy or cost could not be determined cleanly; each was still charged.")
 	in.storeErrors = counter("addrlimit.store_errors", "{error}", "Store failures, decided by the limiter's failure policy.")
 	in.evictions = counter("addrlimit.evictions", "{key}", "Buckets moved out of the exact in-memory table into the approximate memory, to make room.")
+	in.identityExempt = counter("addrlimit.identity_exempt", "{request}", "Requests exempted by a secret of the named internal identity.")
+	in.identityRetired = counter("addrlimit.identity_retired_token_limited", "{request}", "Limited requests that carried a retired secret of the named internal identity: that service missed a rotation.")
 	var err error
 	in.keys, err = meter.Int64ObservableUpDownCounter("addrlimit.keys", metric.WithUnit("{key}"), metric.WithDescription("Exact buckets held in this process's memory (with a remote store: the local mirror kept under FailLocal, not the store's own buckets)."))
 	errs = append(errs, err)
@@ -157,11 +165,16 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 		o.ObserveInt64(in.evictions, clamp(s.Evictions), plain)
 		o.ObserveInt64(in.approxKeys, int64(s.ApproxKeys), plain)
 		o.ObserveFloat64(in.approxFill, s.ApproxFill, plain)
+		for _, id := range s.Identities {
+			identity := attrs(attribute.String("identity", id.Name))
+			o.ObserveInt64(in.identityExempt, clamp(id.Exempt), identity)
+			o.ObserveInt64(in.identityRetired, clamp(id.RetiredTokenLimited), identity)
+		}
 		return nil
 	}
 	reg, err := meter.RegisterCallback(observe,
 		in.requests, in.denials, in.refunded, in.credentialed, in.retired, in.keyErrors, in.storeErrors, in.evictions,
-		in.keys, in.approxKeys, in.approxFill)
+		in.keys, in.approxKeys, in.approxFill, in.identityExempt, in.identityRetired)
 	if err != nil {
 		return nil, fmt.Errorf("otelcollector: registering the callback: %w", err)
 	}

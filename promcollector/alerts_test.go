@@ -53,7 +53,7 @@ func exported(t *testing.T) []string {
 	lim := newLimiter(t)
 	traffic(t, lim)
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(promcollector.New(lim, "public"))
+	reg.MustRegister(promcollector.New(lim, "public"), promcollector.New(identityTraffic(t), "named"))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -74,8 +74,8 @@ var metricName = regexp.MustCompile(`\baddrlimit_[a-z0-9_]+`)
 // metric.
 func TestAlertsUseExportedMetrics(t *testing.T) {
 	names := exported(t)
-	if len(names) != 11 {
-		t.Fatalf("the collector exports %d metric families (%v); this test expects the 11 the README lists", len(names), names)
+	if len(names) != 13 {
+		t.Fatalf("the collector exports %d metric families (%v); this test expects the 13 the README lists", len(names), names)
 	}
 	for _, file := range []string{rulesFile, rulesTestFile, dashboardFile} {
 		b, err := os.ReadFile(file)

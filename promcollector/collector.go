@@ -3,8 +3,10 @@
 //
 // The collector reads Limiter.Stats once per scrape, so it adds nothing to the
 // request path: no observer, no per-request allocation, no per-key label. The
-// cardinality is fixed by the limiter's configuration: 3 series per policy
-// and 1 per limit of a policy (at most addrlimit.MaxLimits), plus 9. Several limiters can share a registry when each collector has its
+// cardinality is fixed by the limiter's configuration: 3 series per policy,
+// 1 per limit of a policy (at most addrlimit.MaxLimits), 2 per named
+// internal identity (addrlimit.NewIdentities, at most 64), plus 9. Several
+// limiters can share a registry when each collector has its
 // own name, exported as the constant label "limiter".
 //
 //	reg.MustRegister(promcollector.New(publicLimiter, "public"), promcollector.New(loginLimiter, "login"))
@@ -30,6 +32,14 @@
 //	addrlimit_approx_keys                     gauge    estimated keys held only in the approximate memory
 //	addrlimit_approx_fill_ratio               gauge    fraction (0 to 1) of the approximate memory's cells in use,
 //	                                                   in the fullest policy's table
+//	addrlimit_identity_exempt_total{identity} counter  requests exempted by a secret of the named identity
+//	addrlimit_identity_retired_token_limited_total{identity}
+//	                                          counter  limited requests that carried a retired secret of the
+//	                                                   named identity: that service missed a rotation
+//
+// The identity series exist only for the names of addrlimit.NewIdentities,
+// so a client cannot add one; requests with anonymous secrets
+// (NewInternalToken, WithRetired) count only in the totals above.
 //
 // Exempt requests bypass the limiter before any policy is chosen, so their
 // series carries policy="" (in PromQL, the same as no policy label); no policy
@@ -55,6 +65,7 @@ type Collector struct {
 	denials                                   *prometheus.Desc
 	keyErrors, storeErrors, evictions         *prometheus.Desc
 	keys, approxKeys, approxFill              *prometheus.Desc
+	identityExempt, identityRetired           *prometheus.Desc
 }
 
 // New returns a collector for lim, which must not be nil. A non-empty name is
@@ -74,18 +85,20 @@ func New(lim *addrlimit.Limiter, name string) *Collector {
 		return prometheus.NewDesc("addrlimit_"+metric, help, variable, labels)
 	}
 	return &Collector{
-		lim:          lim,
-		requests:     desc("requests_total", `Requests decided by the rate limiter: allowed or limited (dry-run included) per policy, exempt with policy="".`, "policy", "outcome"),
-		denials:      desc("limit_denials_total", "Limited requests (dry-run included) by the limit of their policy that denied them.", "policy", "limit"),
-		refunded:     desc("refunded_total", "Allowed requests whose tokens were given back because of their response status (WithRefund)."),
-		credentialed: desc("credentialed_limited_total", "Limited requests that carried an Authorization header. A weak hint: any client can send one."),
-		retired:      desc("retired_token_limited_total", "Limited requests that carried a retired internal token secret: a caller that missed a rotation, or a leaked old secret."),
-		keyErrors:    desc("key_errors_total", "Requests whose key, policy or cost could not be determined cleanly; each was still charged."),
-		storeErrors:  desc("store_errors_total", "Store failures, decided by the limiter's failure policy."),
-		evictions:    desc("evictions_total", "Buckets moved out of the exact in-memory table into the approximate memory, to make room."),
-		keys:         desc("keys", "Exact buckets held in this process's memory (with a remote store: the local mirror kept under FailLocal, not the store's own buckets).", "policy"),
-		approxKeys:   desc("approx_keys", "Estimated number of keys whose state lives only in the approximate memory."),
-		approxFill:   desc("approx_fill_ratio", "Fraction (0 to 1) of the approximate memory's cells still holding a future time, in the fullest policy's table; 0 until a table first fills."),
+		lim:             lim,
+		requests:        desc("requests_total", `Requests decided by the rate limiter: allowed or limited (dry-run included) per policy, exempt with policy="".`, "policy", "outcome"),
+		denials:         desc("limit_denials_total", "Limited requests (dry-run included) by the limit of their policy that denied them.", "policy", "limit"),
+		refunded:        desc("refunded_total", "Allowed requests whose tokens were given back because of their response status (WithRefund)."),
+		credentialed:    desc("credentialed_limited_total", "Limited requests that carried an Authorization header. A weak hint: any client can send one."),
+		retired:         desc("retired_token_limited_total", "Limited requests that carried a retired internal token secret: a caller that missed a rotation, or a leaked old secret."),
+		keyErrors:       desc("key_errors_total", "Requests whose key, policy or cost could not be determined cleanly; each was still charged."),
+		storeErrors:     desc("store_errors_total", "Store failures, decided by the limiter's failure policy."),
+		evictions:       desc("evictions_total", "Buckets moved out of the exact in-memory table into the approximate memory, to make room."),
+		keys:            desc("keys", "Exact buckets held in this process's memory (with a remote store: the local mirror kept under FailLocal, not the store's own buckets).", "policy"),
+		approxKeys:      desc("approx_keys", "Estimated number of keys whose state lives only in the approximate memory."),
+		identityExempt:  desc("identity_exempt_total", "Requests exempted by a secret of the named internal identity.", "identity"),
+		identityRetired: desc("identity_retired_token_limited_total", "Limited requests that carried a retired secret of the named internal identity: that service missed a rotation.", "identity"),
+		approxFill:      desc("approx_fill_ratio", "Fraction (0 to 1) of the approximate memory's cells still holding a future time, in the fullest policy's table; 0 until a table first fills."),
 	}
 }
 
@@ -93,7 +106,7 @@ func New(lim *addrlimit.Limiter, name string) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.requests, c.denials, c.refunded, c.credentialed, c.retired, c.keyErrors, c.storeErrors, c.evictions,
-		c.keys, c.approxKeys, c.approxFill,
+		c.keys, c.approxKeys, c.approxFill, c.identityExempt, c.identityRetired,
 	} {
 		ch <- d
 	}
@@ -125,4 +138,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.evictions, s.Evictions)
 	gauge(c.approxKeys, float64(s.ApproxKeys))
 	gauge(c.approxFill, s.ApproxFill)
+	for _, id := range s.Identities {
+		counter(c.identityExempt, id.Exempt, id.Name)
+		counter(c.identityRetired, id.RetiredTokenLimited, id.Name)
+	}
 }

@@ -1,0 +1,151 @@
+package addrlimit
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/addrlimit/addrlimit/internal/headers"
+)
+
+// MaxIdentities bounds the identities of NewIdentities, and so the
+// identity label of the metrics.
+const MaxIdentities = 64
+
+// Identity names the secrets that one of your services holds (the edge, the
+// orchestrator, the preview gate, …), so that the Limiter reports its exempt
+// requests, and its requests still carrying a retired secret, under that
+// name: in Decision.Identity, Stats.Identities, the LogObserver's retired
+// secret line and the collectors' identity label.
+type Identity struct {
+	// Name is 1 to 64 bytes of A-Z a-z 0-9 . _ - (the rule of policy
+	// names), unique among the identities.
+	Name string
+	// Secrets are accepted: a request carrying one is exempt. Several
+	// during a rotation.
+	Secrets []string
+	// Retired are secrets this service no longer may use, as for
+	// InternalToken.WithRetired: a request carrying one is charged like any
+	// other, and flagged with this identity.
+	Retired []string
+}
+
+// NewIdentities returns an InternalToken that accepts the secrets of every
+// identity and knows which identity holds which secret. Each identity needs
+// at least one secret, accepted or retired; a secret, under the rules of
+// NewInternalToken, may appear only once among all identities (the same
+// secret in two services would make their figures lie). At most
+// MaxIdentities identities. Errors name the identities and the secrets'
+// positions, never a secret.
+//
+// Match, Require and the Limiter compare a bearer token with every secret
+// of every identity, without stopping early, and pick the identity of the
+// matching one without a branch, so the response time tells neither which
+// identity matched nor how many there are. Printing the token shows the
+// counts of secrets and the identities' names, never a secret or digest.
+// Combine with WithRetired for retired secrets that belong to nobody.
+func NewIdentities(ids ...Identity) (*InternalToken, error) {
+	switch {
+	case len(ids) == 0:
+		return nil, errors.New("addrlimit: NewIdentities needs at least one identity")
+	case len(ids) > MaxIdentities:
+		return nil, fmt.Errorf("addrlimit: NewIdentities given %d identities, more than the maximum of %d", len(ids), MaxIdentities)
+	}
+	names := make([]string, len(ids))
+	var accepted, retired []secretDigest
+	seen := make(map[[32]byte]string) // digest -> "identity "x" secret N", for the duplicate error
+	for i, id := range ids {
+		if err := headers.CheckName(id.Name); err != nil {
+			// CheckName speaks of a policy name
+			return nil, fmt.Errorf("addrlimit: identity %d of %d: %s", i+1, len(ids), strings.Replace(err.Error(), "policy name", "name", 1))
+		}
+		for _, n := range names[:i] {
+			if n == id.Name {
+				return nil, fmt.Errorf("addrlimit: two identities are named %q", id.Name)
+			}
+		}
+		names[i] = id.Name
+		if len(id.Secrets)+len(id.Retired) == 0 {
+			return nil, fmt.Errorf("addrlimit: identity %q has no secret", id.Name)
+		}
+		for _, part := range []struct {
+			what    string
+			secrets []string
+			into    *[]secretDigest
+		}{{"secret", id.Secrets, &accepted}, {"retired secret", id.Retired, &retired}} {
+			ds, err := digestSecrets(fmt.Sprintf("identity %q %s", id.Name, part.what), part.secrets, i+1)
+			if err != nil {
+				return nil, err
+			}
+			for j, d := range ds {
+				where := fmt.Sprintf("identity %q %s %d", id.Name, part.what, j+1)
+				if prev, dup := seen[d.sum]; dup {
+					return nil, fmt.Errorf("addrlimit: %s is the same secret as %s", where, prev)
+				}
+				seen[d.sum] = where
+			}
+			*part.into = append(*part.into, ds...)
+		}
+	}
+	return &InternalToken{newTokenSecrets(accepted, retired, names)}, nil
+}
+
+// IdentityStats are the counters of one identity of NewIdentities.
+type IdentityStats struct {
+	Name string
+	// Exempt counts the requests exempted by one of the identity's secrets.
+	Exempt uint64
+	// RetiredTokenLimited counts the Limited requests that carried one of
+	// its retired secrets: this service missed a rotation.
+	RetiredTokenLimited uint64
+}
+
+// identityCounters counts, per named identity of the Limiter's token, the
+// exempt and the retired-limited requests; counter i is identity i+1's (the
+// anonymous secrets, identity 0, count only in the totals).
+type identityCounters struct {
+	names           []string
+	exempt, retired []atomic.Uint64
+}
+
+// newIdentityCounters returns the counters of t's identities (t may be nil).
+func newIdentityCounters(t *InternalToken) *identityCounters {
+	var names []string
+	if t != nil {
+		_, _, names = t.secrets()
+	}
+	return &identityCounters{
+		names:   names,
+		exempt:  make([]atomic.Uint64, len(names)),
+		retired: make([]atomic.Uint64, len(names)),
+	}
+}
+
+// count adds one to identity id's counter in counters, if it has one.
+func (c *identityCounters) count(counters []atomic.Uint64, id int) {
+	if id > 0 {
+		counters[id-1].Add(1)
+	}
+}
+
+// name is identity id's name ("" for the anonymous secrets).
+func (c *identityCounters) name(id int) string {
+	if id == 0 {
+		return ""
+	}
+	return c.names[id-1]
+}
+
+// stats returns the named identities' counters, in their order (nil when
+// there are none).
+func (c *identityCounters) stats() []IdentityStats {
+	if len(c.names) == 0 {
+		return nil
+	}
+	s := make([]IdentityStats, len(c.names))
+	for i, n := range c.names {
+		s[i] = IdentityStats{Name: n, Exempt: c.exempt[i].Load(), RetiredTokenLimited: c.retired[i].Load()}
+	}
+	return s
+}
