@@ -151,7 +151,7 @@ func TestDecideExemptsCountsAndObserves(t *testing.T) {
 	var seen []addrlimit.Decision
 	lim := mustNew(t, 1, time.Hour,
 		addrlimit.WithInternalToken(tok),
-		addrlimit.WithPolicy(addrlimit.Policy{Name: "write", Burst: 3, Interval: time.Hour / 3}),
+		addrlimit.WithPolicy(addrlimit.Policy{Name: "write", Limits: []addrlimit.Limit{{Burst: 3, Interval: time.Hour / 3}}}),
 		addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { seen = append(seen, d) }))
 	call := func(auth string) addrlimit.Call {
 		c := addrlimit.Call{Addr: netip.MustParseAddr("192.0.2.1"), Route: "/pkg.Svc/Get"}

@@ -143,7 +143,7 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 	if n < 1 {
 		n, err = 1, errors.Join(err, ErrInvalidCost)
 	}
-	if n > ps.Burst {
+	if n > ps.maxCost {
 		l.refuseCost(ps, n, err, d)
 		return
 	}
@@ -197,7 +197,7 @@ func (d *Decision) record(ps *policyState, a answer) {
 
 // set records a bucket's answer under policy ps in d.
 func (d *Decision) set(ps *policyState, res Result) {
-	d.Outcome, d.Policy, d.Limit = Allowed, ps.Name, ps.Burst
+	d.Outcome, d.Policy, d.Limit = Allowed, ps.Name, ps.Limits[0].Burst
 	d.Remaining, d.RetryAfter, d.ResetAfter = res.Remaining, res.RetryAfter, res.ResetAfter
 	if !res.Allowed {
 		d.Outcome = Limited

@@ -19,14 +19,14 @@ import (
 // implement it.
 type DebtStore interface {
 	Store
-	// TakeWithDebt charges debt tokens to key's bucket under p whether or
-	// not it holds them, then does what Take(ctx, key, p, n) does, in one
-	// atomic step; debt 0 is Take. A debt may leave the bucket below empty,
-	// by at most Burst tokens: its ResetAfter is then up to twice
-	// Burst × Interval and Remaining is 0. A bucket full since the debt
-	// was incurred still pays it: the Limiter forgets debts older than one
-	// full refill (Burst × Interval) instead. The Limiter passes
-	// 0 <= debt <= 2 × p.Burst. After an error the Limiter keeps the debt
+	// TakeWithDebt charges debt tokens to each of key's buckets under p
+	// whether or not it holds them, then does what Take(ctx, key, p, n)
+	// does, in one atomic step; debt 0 is Take. A debt may leave a bucket
+	// below empty, by at most its Burst: its entry of Result.Resets is then
+	// up to twice its Burst × Interval and Remaining is 0. A bucket full
+	// since the debt was incurred still pays it: the Limiter forgets debts
+	// older than the policy's longest full refill (Burst × Interval)
+	// instead. The Limiter passes 0 <= debt <= 2 × the smallest Burst of p. After an error the Limiter keeps the debt
 	// for a later Take: a store that charged it and then failed (a timeout
 	// after Redis ran the call) has then been charged twice, which limits
 	// more, never less.

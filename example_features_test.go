@@ -80,7 +80,7 @@ func ExampleWithRefund() {
 func ExampleWithPolicySelector() {
 	apiKeys := map[string]string{"pk-live-acme-0123456789": "acme"} // verified credentials
 	lim, _ := addrlimit.New(2, time.Minute,
-		addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Burst: 1000, Interval: time.Minute / 1000}),
+		addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Limits: []addrlimit.Limit{{Burst: 1000, Interval: time.Minute / 1000}}}),
 		addrlimit.WithPolicySelector(func(r *http.Request) (policy, key string, err error) {
 			if partner, ok := apiKeys[r.Header.Get("X-Api-Key")]; ok {
 				return "partner", "partner:" + partner, nil

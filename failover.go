@@ -56,7 +56,7 @@ func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int
 	}
 	res = result(ps.table.Take(k.hash, f.local.now(), int64(n))) // counted by the table
 	if res.Allowed && f.debts != nil {
-		ps.debts.add(k.s, n, f.local.now(), ps.tau(), ps.Burst)
+		ps.debts.add(k.s, n, f.local.now(), ps.tau(), ps.Limits[0].Burst)
 	}
 	return answer{Result: res, err: err}
 }

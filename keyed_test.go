@@ -31,7 +31,7 @@ func TestAllowKeySharesTheBucketOfTheRequestPath(t *testing.T) {
 func TestAllowKeyBadInputNeverSkipsTheLimit(t *testing.T) {
 	ctx := context.Background()
 	var observed []addrlimit.Decision
-	lim := mustNew(t, 2, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "batch", Burst: 5, Interval: time.Hour / 5}),
+	lim := mustNew(t, 2, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "batch", Limits: []addrlimit.Limit{{Burst: 5, Interval: time.Hour / 5}}}),
 		addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { observed = append(observed, d) }))
 
 	d := lim.AllowKey(ctx, "no-such-policy", "job-1", 1)

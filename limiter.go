@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -82,7 +83,8 @@ type Limiter struct {
 // policyState is one policy with its buckets, its header fields and the
 // counters of the decisions its table does not count itself.
 type policyState struct {
-	Policy
+	Policy                // with every limit named
+	maxCost int           // the smallest Burst: the largest cost every limit can pay
 	table   *bucket.Table // the buckets, or the local fallback of a remote store
 	debts   debtRecord    // what the local fallback charged, owed to a DebtStore
 	headers *headers.Writer
@@ -91,7 +93,7 @@ type policyState struct {
 }
 
 // tau is the policy's full refill time in ns: Burst × Interval.
-func (ps *policyState) tau() int64 { return int64(ps.Burst) * int64(ps.Interval) }
+func (ps *policyState) tau() int64 { return int64(ps.Limits[0].tau()) }
 
 // DefaultMaxKeys is the default capacity of each policy's exact bucket table
 // (WithMaxKeys). Refilled buckets are dropped, so the table holds only the
@@ -116,7 +118,7 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	if c.failSet && c.store == nil {
 		return nil, errors.New("addrlimit: WithStoreFailure needs WithStore")
 	}
-	def, err := newPolicy(c.name, limit, c.burst, per)
+	def, err := newPolicy(c.name, limit, c.burst, per, c.limits)
 	if err != nil {
 		return nil, err
 	}
@@ -144,6 +146,7 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	}
 	l.keys = l.store.keys()
 	for _, p := range append([]Policy{def}, c.policies...) {
+		p = p.named() // validated: by newPolicy or WithPolicy
 		if _, dup := l.byName[p.Name]; dup {
 			return nil, fmt.Errorf("addrlimit: two policies are named %q", p.Name)
 		}
@@ -152,8 +155,11 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 				return nil, fmt.Errorf("addrlimit: policy %q: the store refuses it: %w", p.Name, err)
 			}
 		}
-		ps := mem.lane(p) // validated: by newPolicy or WithPolicy
-		ps.headers = headers.New(uint8(c.headers), p.Name, p.Burst, p.Interval)
+		if len(p.Limits) > 1 {
+			return nil, fmt.Errorf("addrlimit: policy %q: several limits are not supported yet", p.Name)
+		}
+		ps := mem.lane(p)
+		ps.headers = headers.New(uint8(c.headers), p.Name, p.Limits[0].Burst, p.Limits[0].Interval)
 		l.policies = append(l.policies, ps)
 		l.byName[p.Name] = ps
 	}
@@ -161,20 +167,29 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 }
 
 // newPolicy validates and builds the policy of limit requests per per in
-// bursts of burst.
-func newPolicy(name string, limit, burst int, per time.Duration) (Policy, error) {
+// bursts of burst, and the further limits more.
+func newPolicy(name string, limit, burst int, per time.Duration, more []Limit) (Policy, error) {
+	interval, err := limitInterval(limit, per)
+	if err != nil {
+		return Policy{}, fmt.Errorf("addrlimit: policy %q: %w", name, err)
+	}
+	p := Policy{Name: name, Limits: append([]Limit{{Burst: burst, Interval: interval}}, more...)}
+	return p, p.Validate()
+}
+
+// limitInterval is the refill interval of limit requests per per.
+func limitInterval(limit int, per time.Duration) (time.Duration, error) {
 	if limit < 1 {
-		return Policy{}, fmt.Errorf("addrlimit: policy %q: limit must be at least 1, got %d", name, limit)
+		return 0, fmt.Errorf("limit must be at least 1, got %d", limit)
 	}
 	if per <= 0 {
-		return Policy{}, fmt.Errorf("addrlimit: policy %q: period must be positive, got %v", name, per)
+		return 0, fmt.Errorf("period must be positive, got %v", per)
 	}
 	interval := per / time.Duration(limit)
 	if interval < 1 {
-		return Policy{}, fmt.Errorf("addrlimit: policy %q: %d per %v is more than one request per nanosecond", name, limit, per)
+		return 0, fmt.Errorf("%d per %v is more than one request per nanosecond", limit, per)
 	}
-	p := Policy{Name: name, Burst: burst, Interval: interval}
-	return p, p.Validate()
+	return interval, nil
 }
 
 // Policies returns a copy of the limiter's policies: the default one first,
@@ -183,7 +198,7 @@ func (l *Limiter) Policies() []Policy {
 	l.mustBeBuilt()
 	out := make([]Policy, len(l.policies))
 	for i, ps := range l.policies {
-		out[i] = ps.Policy
+		out[i] = Policy{Name: ps.Name, Limits: slices.Clone(ps.Limits)}
 	}
 	return out
 }

@@ -318,11 +318,11 @@ func TestNewErrors(t *testing.T) {
 		{"name with a quote", 10, time.Minute, []addrlimit.Option{addrlimit.WithName(`a"b`)}, "outside A-Z"},
 		{"name with a colon", 10, time.Minute, []addrlimit.Option{addrlimit.WithName("a:b")}, "outside A-Z"},
 		{"long name", 10, time.Minute, []addrlimit.Option{addrlimit.WithName(strings.Repeat("n", 65))}, "longer than the maximum"},
-		{"duplicate policy", 10, time.Minute, []addrlimit.Option{addrlimit.WithPolicy(addrlimit.Policy{Name: "p", Burst: 1, Interval: time.Second}), addrlimit.WithPolicy(addrlimit.Policy{Name: "p", Burst: 2, Interval: time.Second / 2})}, `two policies are named "p"`},
-		{"named like the default", 10, time.Minute, []addrlimit.Option{addrlimit.WithPolicy(addrlimit.Policy{Name: "default", Burst: 1, Interval: time.Second})}, `two policies are named "default"`},
-		{"policy zero burst", 10, time.Minute, []addrlimit.Option{addrlimit.WithPolicy(addrlimit.Policy{Name: "p", Interval: time.Second})}, `policy "p": burst must be at least 1`},
-		{"policy zero interval", 10, time.Minute, []addrlimit.Option{addrlimit.WithPolicy(addrlimit.Policy{Name: "p", Burst: 1})}, `policy "p": interval must be positive`},
-		{"policy bad name", 10, time.Minute, []addrlimit.Option{addrlimit.WithPolicy(addrlimit.Policy{Name: "p p", Burst: 1, Interval: time.Second})}, "outside A-Z"},
+		{"duplicate policy", 10, time.Minute, []addrlimit.Option{addrlimit.WithPolicy(addrlimit.Policy{Name: "p", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Second}}}), addrlimit.WithPolicy(addrlimit.Policy{Name: "p", Limits: []addrlimit.Limit{{Burst: 2, Interval: time.Second / 2}}})}, `two policies are named "p"`},
+		{"named like the default", 10, time.Minute, []addrlimit.Option{addrlimit.WithPolicy(addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Second}}})}, `two policies are named "default"`},
+		{"policy zero burst", 10, time.Minute, []addrlimit.Option{addrlimit.WithPolicy(addrlimit.Policy{Name: "p", Limits: []addrlimit.Limit{{Interval: time.Second}}})}, `policy "p": burst must be at least 1`},
+		{"policy zero interval", 10, time.Minute, []addrlimit.Option{addrlimit.WithPolicy(addrlimit.Policy{Name: "p", Limits: []addrlimit.Limit{{Burst: 1}}})}, `policy "p": interval must be positive`},
+		{"policy bad name", 10, time.Minute, []addrlimit.Option{addrlimit.WithPolicy(addrlimit.Policy{Name: "p p", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Second}}})}, "outside A-Z"},
 		{"nil selector", 10, time.Minute, []addrlimit.Option{addrlimit.WithPolicySelector(nil)}, "nil function"},
 		{"nil cost", 10, time.Minute, []addrlimit.Option{addrlimit.WithCost(nil)}, "nil function"},
 		{"nil refund", 10, time.Minute, []addrlimit.Option{addrlimit.WithRefund(nil)}, "nil function"},
@@ -369,7 +369,7 @@ func TestFailurePolicyAppliesToEveryPolicy(t *testing.T) {
 	st := newFailingStore()
 	st.down.Store(true)
 	lim := mustNew(t, 1, time.Hour, addrlimit.WithStore(st), addrlimit.WithStoreFailure(addrlimit.FailClosed),
-		addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Burst: 10, Interval: time.Hour / 10}),
+		addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Hour / 10}}}),
 		addrlimit.WithPolicySelector(func(*http.Request) (string, string, error) { return "partner", "acme", nil }))
 	w := serve(lim.Handler(okHandler), req("192.0.2.1:1"))
 	assert.Equal(t, 503, w.Code)

@@ -76,11 +76,11 @@ type memStore struct {
 	maxKeys int
 
 	mu    sync.Mutex
-	lanes map[Policy]*policyState // the Limiter's policies, and those its Store methods meet
+	lanes map[string]*policyState // by policyID: the Limiter's policies, and those its Store methods meet
 }
 
 func newMemStore(maxKeys int) *memStore {
-	return &memStore{seed: maphash.MakeSeed(), epoch: time.Now(), maxKeys: maxKeys, lanes: map[Policy]*policyState{}}
+	return &memStore{seed: maphash.MakeSeed(), epoch: time.Now(), maxKeys: maxKeys, lanes: map[string]*policyState{}}
 }
 
 // now is the store's clock: nanoseconds since it was made, read from
@@ -99,14 +99,15 @@ func (m *memStore) now() int64 {
 func (m *memStore) lane(p Policy) *policyState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ps := m.lanes[p]
+	id := p.id()
+	ps := m.lanes[id]
 	if ps == nil {
-		bp, err := bucket.NewPolicy(p.Burst, p.Interval)
+		bp, err := bucket.NewPolicy(p.Limits[0].Burst, p.Limits[0].Interval)
 		if err != nil {
 			panic("addrlimit: " + err.Error()) // the caller broke the Store contract
 		}
-		ps = &policyState{Policy: p, table: bucket.NewTable(bp, m.maxKeys)}
-		m.lanes[p] = ps
+		ps = &policyState{Policy: p.named(), maxCost: p.maxCost(), table: bucket.NewTable(bp, m.maxKeys)}
+		m.lanes[id] = ps
 	}
 	return ps
 }

@@ -17,6 +17,7 @@ type Option func(*config) error
 type config struct {
 	name      string
 	burst     int
+	limits    []Limit  // the default policy's further limits, from WithLimit
 	policies  []Policy // named ones, from WithPolicy
 	selector  PolicySelector
 	cost      func(*http.Request) int
@@ -50,6 +51,27 @@ func WithBurst(n int) Option {
 	}
 }
 
+// WithLimit adds to the default policy a limit of n requests per period
+// per, in bursts of up to n: a request is then admitted only if New's limit
+// and every WithLimit limit have its cost, and when one denies, none is
+// charged. 10 per second and 300 per minute and 10,000 per day is
+//
+//	addrlimit.New(10, time.Second, addrlimit.WithLimit(300, time.Minute), addrlimit.WithLimit(10000, 24*time.Hour))
+//
+// Each limit is named by its window (see Limit.Name); New fails if two
+// share one, or if the policy would have more than MaxLimits limits. For
+// named limits or other bursts, give WithPolicy a Policy.
+func WithLimit(n int, per time.Duration) Option {
+	return func(c *config) error {
+		interval, err := limitInterval(n, per)
+		if err != nil {
+			return fmt.Errorf("addrlimit: WithLimit(%d, %v): %w", n, per, err)
+		}
+		c.limits = append(c.limits, Limit{Burst: n, Interval: interval})
+		return nil
+	}
+}
+
 // WithName names the default policy (DefaultPolicyName otherwise): the name
 // appears in the RateLimit-Policy field, Decision.Policy, Stats and the
 // metrics' "policy" label, and separates the buckets of limiters that share
@@ -70,7 +92,7 @@ func WithName(name string) Option {
 // PolicySelector (WithPolicySelector) or an AllowKey caller assigns to it:
 // 1000 requests per minute in bursts of up to 100 is
 //
-//	addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Burst: 100, Interval: time.Minute / 1000})
+//	addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Limits: []addrlimit.Limit{{Burst: 100, Interval: time.Minute / 1000}}})
 //
 // Each policy has its own buckets, its own RateLimit-Policy name and its own
 // counters in Stats. Names follow the rules of WithName and must be

@@ -35,7 +35,7 @@ func byPartner(r *http.Request) (policy, key string, err error) {
 
 func TestPerIdentityPolicies(t *testing.T) {
 	lim := mustNew(t, 2, time.Hour,
-		addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Burst: 5, Interval: time.Hour / 5}),
+		addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Limits: []addrlimit.Limit{{Burst: 5, Interval: time.Hour / 5}}}),
 		addrlimit.WithPolicySelector(byPartner))
 	h := lim.Handler(okHandler)
 	shared := "10.0.0.1:1" // partners and anonymous clients behind one egress
@@ -60,7 +60,7 @@ func TestPerIdentityPolicies(t *testing.T) {
 	assert.Equal(t, addrlimit.PolicyStats{Name: "default", Allowed: 3, Limited: 6, Keys: 2}, s.Policies[0])
 	assert.Equal(t, addrlimit.PolicyStats{Name: "partner", Allowed: 10, Limited: 5, Keys: 2}, s.Policies[1])
 	assert.Equal(t, s.Policies[0].Allowed+s.Policies[1].Allowed, s.Allowed)
-	assert.Equal(t, []addrlimit.Policy{{Name: "default", Burst: 2, Interval: 30 * time.Minute}, {Name: "partner", Burst: 5, Interval: 12 * time.Minute}}, lim.Policies())
+	assert.Equal(t, []addrlimit.Policy{{Name: "default", Limits: []addrlimit.Limit{{Name: "1h", Burst: 2, Interval: 30 * time.Minute}}}, {Name: "partner", Limits: []addrlimit.Limit{{Name: "1h", Burst: 5, Interval: 12 * time.Minute}}}}, lim.Policies())
 }
 
 func TestPolicySelectorFailuresFallBackToTheDefault(t *testing.T) {
@@ -76,7 +76,7 @@ func TestPolicySelectorFailuresFallBackToTheDefault(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var seen []addrlimit.Decision
-			lim := mustNew(t, 1, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Burst: 100, Interval: time.Hour / 100}), addrlimit.WithPolicySelector(tc.sel),
+			lim := mustNew(t, 1, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Limits: []addrlimit.Limit{{Burst: 100, Interval: time.Hour / 100}}}), addrlimit.WithPolicySelector(tc.sel),
 				addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) { seen = append(seen, d) }))
 			got := codes(lim.Handler(okHandler), 3, func() *http.Request { return req("192.0.2.1:1") })
 			assert.Equal(t, []int{200, 429, 429}, got, "charged to the default policy under the address")
@@ -91,7 +91,7 @@ func TestPolicySelectorFailuresFallBackToTheDefault(t *testing.T) {
 }
 
 func TestNamedPolicyWithoutKeyUsesTheKeyFunc(t *testing.T) {
-	lim := mustNew(t, 1, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "uploads", Burst: 3, Interval: time.Hour / 3}),
+	lim := mustNew(t, 1, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "uploads", Limits: []addrlimit.Limit{{Burst: 3, Interval: time.Hour / 3}}}),
 		addrlimit.WithPolicySelector(func(r *http.Request) (string, string, error) {
 			if r.Method == http.MethodPost {
 				return "uploads", "", nil
@@ -136,7 +136,7 @@ func TestEnumStrings(t *testing.T) {
 // burst, not the rate: 60 per minute in bursts of 10 sends q=10;w=10.
 func TestNamedPolicyHasItsOwnBurst(t *testing.T) {
 	lim := mustNew(t, 2, time.Hour,
-		addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Burst: 10, Interval: time.Minute / 60}),
+		addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Minute / 60}}}),
 		addrlimit.WithPolicySelector(byPartner))
 	h := lim.Handler(okHandler)
 	got := codes(h, 11, func() *http.Request { return req("10.0.0.1:1", "X-Partner-Key", "pk-acme-0123456789") })
@@ -154,11 +154,11 @@ func TestPolicyValidateIsTheRuleOfNew(t *testing.T) {
 		p    addrlimit.Policy
 		want string
 	}{
-		{addrlimit.Policy{Burst: 1, Interval: time.Second}, "policy name is empty"},
-		{addrlimit.Policy{Name: "a b", Burst: 1, Interval: time.Second}, "outside A-Z"},
-		{addrlimit.Policy{Name: "p", Interval: time.Second}, `policy "p": burst must be at least 1`},
-		{addrlimit.Policy{Name: "p", Burst: 1}, `policy "p": interval must be positive`},
-		{addrlimit.Policy{Name: "p", Burst: 1 << 40, Interval: time.Hour}, `policy "p": burst times refill interval overflows`},
+		{addrlimit.Policy{Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Second}}}, "policy name is empty"},
+		{addrlimit.Policy{Name: "a b", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Second}}}, "outside A-Z"},
+		{addrlimit.Policy{Name: "p", Limits: []addrlimit.Limit{{Interval: time.Second}}}, `policy "p": burst must be at least 1`},
+		{addrlimit.Policy{Name: "p", Limits: []addrlimit.Limit{{Burst: 1}}}, `policy "p": interval must be positive`},
+		{addrlimit.Policy{Name: "p", Limits: []addrlimit.Limit{{Burst: 1 << 40, Interval: time.Hour}}}, `policy "p": burst times refill interval overflows`},
 	} {
 		err := tc.p.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -168,7 +168,7 @@ func TestPolicyValidateIsTheRuleOfNew(t *testing.T) {
 			t.Errorf("New with %+v: %v, want Validate's error", tc.p, newErr)
 		}
 	}
-	lim := mustNew(t, 60, time.Minute, addrlimit.WithBurst(10), addrlimit.WithPolicy(addrlimit.Policy{Name: "p", Burst: 3, Interval: time.Second}))
+	lim := mustNew(t, 60, time.Minute, addrlimit.WithBurst(10), addrlimit.WithPolicy(addrlimit.Policy{Name: "p", Limits: []addrlimit.Limit{{Burst: 3, Interval: time.Second}}}))
 	for _, p := range lim.Policies() {
 		assert.NoError(t, p.Validate())
 	}
@@ -178,8 +178,8 @@ func TestPolicyValidateIsTheRuleOfNew(t *testing.T) {
 func TestPoliciesReturnsACopy(t *testing.T) {
 	lim := mustNew(t, 10, time.Minute)
 	ps := lim.Policies()
-	ps[0].Burst, ps[0].Name = 1000, "changed"
-	if got := lim.Policies()[0]; got.Burst != 10 || got.Name != addrlimit.DefaultPolicyName {
+	ps[0].Limits[0].Burst, ps[0].Name = 1000, "changed"
+	if got := lim.Policies()[0]; got.Limits[0].Burst != 10 || got.Name != addrlimit.DefaultPolicyName {
 		t.Fatalf("policy after changing the copy: %+v", got)
 	}
 	if d := lim.AllowKey(context.Background(), "", "k", 11); d.Outcome != addrlimit.Limited {

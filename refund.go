@@ -24,7 +24,7 @@ import (
 func (l *Limiter) Refund(ctx context.Context, d Decision) {
 	l.mustBeBuilt()
 	ps := l.byName[d.Policy]
-	if d.Outcome != Allowed || d.Key == "" || ps == nil || d.Cost < 1 || d.Cost > ps.Burst {
+	if d.Outcome != Allowed || d.Key == "" || ps == nil || d.Cost < 1 || d.Cost > ps.maxCost {
 		return
 	}
 	l.refundCharge(context.WithoutCancel(ctx), ps, l.keys.of(d.Key), &d)

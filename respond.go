@@ -32,7 +32,7 @@ func (ps *policyState) state(d *Decision, never bool) headers.State {
 	if d.Remaining <= 0 {
 		// GCRA: the bucket holds a whole token once it is burst-1 tokens
 		// from full.
-		next = max(d.ResetAfter-time.Duration(ps.Burst-1)*ps.Interval, 0)
+		next = max(d.ResetAfter-time.Duration(ps.Limits[0].Burst-1)*ps.Limits[0].Interval, 0)
 	}
 	return headers.State{
 		Unknown:    d.Limit == 0,

@@ -44,7 +44,7 @@ type boundedStore struct {
 
 func (s *boundedStore) CheckPolicy(p addrlimit.Policy) error {
 	s.checked = append(s.checked, p)
-	if time.Duration(p.Burst)*p.Interval > s.max {
+	if time.Duration(p.Limits[0].Burst)*p.Limits[0].Interval > s.max {
 		return fmt.Errorf("boundedstore: burst × interval must be at most %v", s.max)
 	}
 	return nil
@@ -56,12 +56,12 @@ func (s *boundedStore) CheckPolicy(p addrlimit.Policy) error {
 func TestNewRefusesPoliciesTheStoreCannotRepresent(t *testing.T) {
 	s := &boundedStore{Store: addrlimit.NewTestMemoryStore(10), max: time.Hour}
 	_, err := addrlimit.New(10, time.Minute, addrlimit.WithStore(s),
-		addrlimit.WithPolicy(addrlimit.Policy{Name: "long", Burst: 100, Interval: 2 * time.Hour / 100}))
+		addrlimit.WithPolicy(addrlimit.Policy{Name: "long", Limits: []addrlimit.Limit{{Burst: 100, Interval: 2 * time.Hour / 100}}}))
 	if err == nil || !strings.Contains(err.Error(), `policy "long"`) || !strings.Contains(err.Error(), "at most 1h0m0s") {
 		t.Fatalf("New with a policy past the store's bound: %v, want an error naming the policy and the bound", err)
 	}
 	s.checked = nil
-	lim, err := addrlimit.New(10, time.Minute, addrlimit.WithStore(s), addrlimit.WithPolicy(addrlimit.Policy{Name: "short", Burst: 100, Interval: 30 * time.Minute / 100}))
+	lim, err := addrlimit.New(10, time.Minute, addrlimit.WithStore(s), addrlimit.WithPolicy(addrlimit.Policy{Name: "short", Limits: []addrlimit.Limit{{Burst: 100, Interval: 30 * time.Minute / 100}}}))
 	if err != nil {
 		t.Fatal(err)
 	}

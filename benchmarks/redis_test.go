@@ -62,7 +62,7 @@ func redisstoreContender(opts ...redisstore.Option) func(c *redis.Client) (func(
 		if err != nil {
 			return nil, err
 		}
-		p := addrlimit.Policy{Name: "default", Burst: 1 << 30, Interval: time.Microsecond}
+		p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 1 << 30, Interval: time.Microsecond}}}
 		return func(ctx context.Context, key string) error {
 			_, err := s.Take(ctx, key, p, 1)
 			return err

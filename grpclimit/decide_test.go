@@ -34,7 +34,7 @@ func TestCallsAreDecidedAsHTTPRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	write := addrlimit.Policy{Name: "write", Burst: 4, Interval: time.Hour / 4}
+	write := addrlimit.Policy{Name: "write", Limits: []addrlimit.Limit{{Burst: 4, Interval: time.Hour / 4}}}
 	newLim := func(obs *observed, opts ...addrlimit.Option) *addrlimit.Limiter {
 		lim, err := addrlimit.New(3, time.Hour, append(opts, addrlimit.WithInternalToken(tok), addrlimit.WithPolicy(write), addrlimit.WithObserver(obs.observe))...)
 		if err != nil {

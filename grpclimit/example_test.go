@@ -34,7 +34,7 @@ func Example() {
 				fmt.Println("observed:", d.Outcome, d.Route)
 			}
 		}),
-		addrlimit.WithPolicy(addrlimit.Policy{Name: "list", Burst: 10, Interval: time.Hour / 10}))
+		addrlimit.WithPolicy(addrlimit.Policy{Name: "list", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Hour / 10}}}))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func Example() {
 // match no method of the server: here a misspelt method, which would
 // otherwise leave List on the default policy.
 func ExampleInterceptor_CheckServer() {
-	lim, err := addrlimit.New(100, time.Minute, addrlimit.WithPolicy(addrlimit.Policy{Name: "list", Burst: 10, Interval: time.Minute / 10}))
+	lim, err := addrlimit.New(100, time.Minute, addrlimit.WithPolicy(addrlimit.Policy{Name: "list", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Minute / 10}}}))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -264,9 +264,13 @@ func New(lim *addrlimit.Limiter, opts ...Option) (*Interceptor, error) {
 	policies := lim.Policies()
 	bursts := make(map[string]int, len(policies))
 	for n, p := range policies {
-		bursts[p.Name] = p.Burst
+		burst := p.Limits[0].Burst
+		for _, l := range p.Limits[1:] {
+			burst = min(burst, l.Burst) // the largest cost every limit can pay
+		}
+		bursts[p.Name] = burst
 		if n == 0 {
-			bursts[""] = p.Burst
+			bursts[""] = burst
 		}
 	}
 	if len(i.rules) == 0 {

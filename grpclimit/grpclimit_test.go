@@ -287,7 +287,7 @@ func TestTrustedProxyMetadata(t *testing.T) {
 }
 
 func TestPerMethodPolicyAndCost(t *testing.T) {
-	lim, obs := newLimiter(t, 100, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "list", Burst: 4, Interval: time.Hour / 4}))
+	lim, obs := newLimiter(t, 100, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "list", Limits: []addrlimit.Limit{{Burst: 4, Interval: time.Hour / 4}}}))
 	c := serve(t, lim, []grpclimit.Option{
 		grpclimit.WithMethodPolicy(listMethod, "list"),
 		grpclimit.WithMethodCost(listMethod, 2),
@@ -311,7 +311,7 @@ func TestPerMethodPolicyAndCost(t *testing.T) {
 }
 
 func TestServiceRuleAndMethodOverride(t *testing.T) {
-	lim, obs := newLimiter(t, 100, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "health", Burst: 10, Interval: time.Hour / 10}))
+	lim, obs := newLimiter(t, 100, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "health", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Hour / 10}}}))
 	c := serve(t, lim, []grpclimit.Option{
 		grpclimit.WithMethodPolicy("/grpc.health.v1.Health/", "health"),
 		grpclimit.WithMethodCost("/grpc.health.v1.Health/", 3),
@@ -331,7 +331,7 @@ func TestServiceRuleAndMethodOverride(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
-	lim, _ := newLimiter(t, 5, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "small", Burst: 2, Interval: time.Hour / 2}))
+	lim, _ := newLimiter(t, 5, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "small", Limits: []addrlimit.Limit{{Burst: 2, Interval: time.Hour / 2}}}))
 	tests := []struct {
 		name string
 		lim  *addrlimit.Limiter

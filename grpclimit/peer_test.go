@@ -110,7 +110,7 @@ func (ctxStore) Take(ctx context.Context, _ string, p addrlimit.Policy, _ int) (
 	if err := ctx.Err(); err != nil {
 		return addrlimit.Result{}, err
 	}
-	return addrlimit.Result{Allowed: true, Remaining: p.Burst - 1}, nil
+	return addrlimit.Result{Allowed: true, Remaining: p.Limits[0].Burst - 1}, nil
 }
 
 // A client that hangs up (a cancelled call context) must not make the

@@ -225,7 +225,7 @@ func TestStreamMessagesExemptWithTokenAndFreeByDefault(t *testing.T) {
 // without a client stream) and only those; a server whose methods match
 // every rule passes.
 func TestCheckServerNamesRulesThatMatchNothing(t *testing.T) {
-	lim, _ := newLimiter(t, 10, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "list", Burst: 5, Interval: time.Hour / 5}))
+	lim, _ := newLimiter(t, 10, time.Hour, addrlimit.WithPolicy(addrlimit.Policy{Name: "list", Limits: []addrlimit.Limit{{Burst: 5, Interval: time.Hour / 5}}}))
 	gl := newGL(t, lim,
 		grpclimit.WithMethodPolicy("/grpc.health.v1.Health/Lst", "list"), // typo
 		grpclimit.WithMethodCost("/grpc.health.v1.Helth/", 2),            // typo in the service

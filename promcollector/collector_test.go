@@ -37,7 +37,7 @@ func newLimiter(t testing.TB) *addrlimit.Limiter {
 	}
 	lim, err := addrlimit.New(3, time.Hour,
 		addrlimit.WithInternalToken(tok),
-		addrlimit.WithPolicy(addrlimit.Policy{Name: "login", Burst: 2, Interval: time.Hour / 2}),
+		addrlimit.WithPolicy(addrlimit.Policy{Name: "login", Limits: []addrlimit.Limit{{Burst: 2, Interval: time.Hour / 2}}}),
 		addrlimit.WithRefund(func(status int) bool { return status == http.StatusNoContent }),
 	)
 	if err != nil {

@@ -26,7 +26,7 @@ func BenchmarkTake(b *testing.B) {
 				c := redis.NewClient(&redis.Options{Addr: shared.addr(), ContextTimeoutEnabled: true, PoolSize: 128})
 				defer c.Close()
 				s := newStore(b, c, redisstore.WithMaxBatch(batch))
-				p := addrlimit.Policy{Name: "bench", Burst: 1 << 30, Interval: time.Microsecond}
+				p := addrlimit.Policy{Name: "bench", Limits: []addrlimit.Limit{{Burst: 1 << 30, Interval: time.Microsecond}}}
 				parallel(b, callers, func(i int) error {
 					_, err := s.Take(context.Background(), "198.51.100."+strconv.Itoa(i%250), p, 1)
 					return err

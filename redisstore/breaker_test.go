@@ -36,7 +36,7 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 	var calls counter
 	c.AddHook(&calls)
 	s := newStore(t, c, redisstore.WithTimeout(500*time.Millisecond), redisstore.WithBreaker(3, 20*time.Millisecond))
-	p := addrlimit.Policy{Name: "default", Burst: 10, Interval: time.Hour}
+	p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Hour}}}
 	ctx := context.Background()
 	if _, err := s.Take(ctx, "k", p, 1); err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestBreakerIgnoresCallerCancellations(t *testing.T) {
 	srv := startServer(t)
 	c := srv.client(t)
 	s := newStore(t, c, redisstore.WithBreaker(1, time.Hour))
-	p := addrlimit.Policy{Name: "default", Burst: 10, Interval: time.Hour}
+	p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Hour}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := s.Take(ctx, "k", p, 1); !errors.Is(err, context.Canceled) {
@@ -126,7 +126,7 @@ func TestQueuedCallsFailAtOnceWhenTheCircuitOpens(t *testing.T) {
 	var calls counter
 	c.AddHook(&calls)
 	s := newStore(t, c, redisstore.WithTimeout(300*time.Millisecond), redisstore.WithBreaker(1, time.Hour))
-	p := addrlimit.Policy{Name: "default", Burst: 10, Interval: time.Hour}
+	p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Hour}}}
 	if err := s.Reset(context.Background(), "warm-up", p); err != nil { // loads the script
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestBreakerCountsRoundTripsNotCalls(t *testing.T) {
 	var calls counter
 	c.AddHook(&calls)
 	s := newStore(t, c, redisstore.WithTimeout(300*time.Millisecond), redisstore.WithBreaker(2, time.Hour))
-	p := addrlimit.Policy{Name: "default", Burst: 10, Interval: time.Hour}
+	p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Hour}}}
 	ctx := context.Background()
 	if err := s.Reset(ctx, "warm-up", p); err != nil { // loads the script
 		t.Fatal(err)

@@ -92,7 +92,7 @@ func TestCluster(t *testing.T) {
 	})
 	t.Run("batches over many slots are exact", func(t *testing.T) {
 		s := newStore(t, clusterClient(t, nodes))
-		p := addrlimit.Policy{Name: "default", Burst: 10, Interval: time.Hour}
+		p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Hour}}}
 		var allowed [32]atomic.Int64
 		var wg sync.WaitGroup
 		for g := range 64 {
@@ -189,7 +189,7 @@ func BenchmarkClusterTake(b *testing.B) {
 	for _, callers := range []int{16, 64} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			s := newStore(b, clusterClient(b, nodes), redisstore.WithKeyPrefix(testPrefix(b)))
-			p := addrlimit.Policy{Name: "bench", Burst: 1 << 30, Interval: time.Microsecond}
+			p := addrlimit.Policy{Name: "bench", Limits: []addrlimit.Limit{{Burst: 1 << 30, Interval: time.Microsecond}}}
 			parallel(b, callers, func(int) error {
 				_, err := s.Take(context.Background(), strconv.FormatUint(rand.Uint64(), 36), p, 1)
 				return err

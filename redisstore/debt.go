@@ -17,10 +17,10 @@ const opTakeDebt = 4
 // empty bucket's answer enters the deny cache as a Take's would. A debt
 // above 2 × burst is charged as 2 × burst, which already reaches the bound.
 func (s *Store) TakeWithDebt(ctx context.Context, key string, p addrlimit.Policy, n, debt int) (addrlimit.Result, error) {
-	if debt <= 0 {
-		return s.Take(ctx, key, p, n)
+	if debt <= 0 || len(p.Limits) != 1 {
+		return s.Take(ctx, key, p, n) // which refuses several limits
 	}
-	return s.do(ctx, key, p, opTakeDebt+min(debt, 2*p.Burst), n)
+	return s.do(ctx, key, p, opTakeDebt+min(debt, 2*p.Limits[0].Burst), n)
 }
 
 var _ addrlimit.DebtStore = (*Store)(nil)

@@ -86,8 +86,8 @@ func (f *debtFleet) owed(t *testing.T, key string) (beyond, charged float64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	charged = float64(res.ResetAfter) / float64(p.Interval)
-	return max(0, charged-float64(p.Burst)), charged
+	charged = float64(res.ResetAfter) / float64(p.Limits[0].Interval)
+	return max(0, charged-float64(p.Limits[0].Burst)), charged
 }
 
 // Two instances, 300/min, Redis unreachable: each instance's fallback lets

@@ -69,11 +69,13 @@ func (c *denyCache) lookup(key string, now time.Time, n int) (addrlimit.Result, 
 	if !now.Before(at) {
 		return addrlimit.Result{}, false
 	}
-	return addrlimit.Result{
+	res := addrlimit.Result{
 		Remaining:  int(max(0, (now.Sub(d.resetAt)+d.tau)/d.interval)),
 		RetryAfter: at.Sub(now),
 		ResetAfter: d.resetAt.Sub(now),
-	}, true
+	}
+	res.Resets[0] = res.ResetAfter
+	return res, true
 }
 
 // remember records key's state from res, Redis's answer to a Take of n

@@ -300,7 +300,7 @@ func TestTimeoutBoundsAHungRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = s.Take(context.Background(), "k", addrlimit.Policy{Name: "default", Burst: 1, Interval: time.Second}, 1)
+	_, err = s.Take(context.Background(), "k", addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Second}}}, 1)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("error %v, want a deadline error", err)
 	}
@@ -382,7 +382,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 // interval of the tests is 20 ms.
 func waitClosed(t *testing.T, stores ...*redisstore.Store) {
 	t.Helper()
-	p := addrlimit.Policy{Name: "probe", Burst: 1, Interval: time.Second}
+	p := addrlimit.Policy{Name: "probe", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Second}}}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, s := range stores {
 		for {

@@ -184,7 +184,7 @@ func TestQueueWaitIsNotAnOutage(t *testing.T) {
 			c.AddHook(&trips)
 
 			const callers, rounds = 1000, 5
-			pol := addrlimit.Policy{Name: "default", Burst: 100, Interval: time.Minute}
+			pol := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 100, Interval: time.Minute}}}
 			var decisions, degraded, open atomic.Int64
 			var last atomic.Pointer[error]
 			start := make(chan struct{})
@@ -322,7 +322,7 @@ func (dialMarks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 // for d, and returns their decisions. tick, if not nil, is called before
 // each of the first caller's Takes with the traffic's start.
 func slowTraffic(s *redisstore.Store, d time.Duration, tick func(start time.Time)) []slowDecision {
-	pol := addrlimit.Policy{Name: "default", Burst: 1 << 20, Interval: time.Microsecond}
+	pol := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 1 << 20, Interval: time.Microsecond}}}
 	start := time.Now()
 	var mu sync.Mutex
 	var out []slowDecision

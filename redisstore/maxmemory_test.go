@@ -83,7 +83,7 @@ func TestFullRedisIsAStoreFailure(t *testing.T) {
 					t.Fatal(err)
 				}
 				// Loads the script: a Peek writes nothing, so a full Redis answers it.
-				if _, err := s.Peek(context.Background(), "warm-up", addrlimit.Policy{Name: "default", Burst: 1, Interval: time.Second}); err != nil {
+				if _, err := s.Peek(context.Background(), "warm-up", addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Second}}}); err != nil {
 					t.Fatal(err)
 				}
 				sent := calls.n.Load()
@@ -249,7 +249,7 @@ func TestBucketMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := addrlimit.Policy{Name: "default", Burst: 10, Interval: 6 * time.Minute} // 10/hour
+	p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 10, Interval: 6 * time.Minute}}} // 10/hour
 	ctx := context.Background()
 	if _, err := s.Peek(ctx, "warm-up", p); err != nil { // loads the script
 		t.Fatal(err)
@@ -288,14 +288,14 @@ func TestBucketMemory(t *testing.T) {
 func TestVolatileTTLEvictsTheFloodNotTheDrained(t *testing.T) {
 	// 5/hour: a drained bucket is 60 min from full, a flood's 12 min, a
 	// margin no slow machine uses up during the flood.
-	login := addrlimit.Policy{Name: "login", Burst: 5, Interval: 12 * time.Minute}
+	login := addrlimit.Policy{Name: "login", Limits: []addrlimit.Limit{{Burst: 5, Interval: 12 * time.Minute}}}
 	for _, policy := range []string{"volatile-ttl", "volatile-lru"} {
 		t.Run(policy, func(t *testing.T) {
 			srv := startServer(t, "--maxmemory-policy", policy)
 			c := srv.client(t)
 			ctx := context.Background()
 			s := newStore(t, c, redisstore.WithEvictionAccepted(), redisstore.WithDenyCache(0))
-			for range login.Burst {
+			for range login.Limits[0].Burst {
 				if res, err := s.Take(ctx, "abuser", login, 1); err != nil || !res.Allowed {
 					t.Fatalf("draining the abuser: %+v %v", res, err)
 				}

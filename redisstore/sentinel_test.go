@@ -389,7 +389,7 @@ func failoverDuringTraffic(t *testing.T, fc failoverCase) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		owed := max(0, float64(res.ResetAfter-time.Duration(burst)*p.Interval)/float64(p.Interval))
+		owed := max(0, float64(res.ResetAfter-time.Duration(burst)*p.Limits[0].Interval)/float64(p.Limits[0].Interval))
 		extra := float64(allowed[k].Load()) - budget - owed
 		forgiven := max(0, float64(before[k])+rate*outage.Seconds()-burst)
 		over := extra - (slack + forgiven + fc.lost(followed)*rate)

@@ -314,7 +314,7 @@ func (s *Store) connect(ctx context.Context, c redis.UniversalClient, pipelines 
 // burst × interval exceeds 2^50 µs (about 35.7 years), the bound of the
 // script's exact arithmetic, or whose name is invalid.
 func (s *Store) CheckPolicy(p addrlimit.Policy) error {
-	_, err := checkPolicy(p, 1)
+	_, _, err := checkPolicy(p, 1)
 	return err
 }
 
@@ -345,7 +345,7 @@ func (s *Store) Reset(ctx context.Context, key string, p addrlimit.Policy) error
 }
 
 func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n int) (addrlimit.Result, error) {
-	interval, err := checkPolicy(p, n)
+	lim, interval, err := checkPolicy(p, n)
 	if err != nil {
 		return addrlimit.Result{}, err
 	}
@@ -367,7 +367,7 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	if err := br.check(); err != nil {
 		return addrlimit.Result{}, err
 	}
-	c := &call{key: rkey, op: op, n: int64(n), interval: int64(interval / time.Microsecond), burst: int64(p.Burst), br: br}
+	c := &call{key: rkey, op: op, n: int64(n), interval: int64(interval / time.Microsecond), burst: int64(lim.Burst), br: br}
 	if s.batch != nil {
 		s.batch.do(ctx, c)
 	} else {
@@ -382,9 +382,10 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 		RetryAfter: time.Duration(c.reply[2]) * time.Microsecond,
 		ResetAfter: time.Duration(c.reply[3]) * time.Microsecond,
 	}
+	res.Resets[0] = res.ResetAfter
 	switch {
 	case op == opTake || op >= opTakeDebt: // a Take, with or without a debt
-		s.deny.remember(rkey, c.sent, res, n, interval, p.Burst)
+		s.deny.remember(rkey, c.sent, res, n, interval, lim.Burst)
 	case op == opRefund || op == opReset:
 		s.deny.forget(rkey)
 	}
@@ -532,27 +533,32 @@ func (s *Store) masterGone(ctx context.Context, addr string) bool {
 	return err == nil && !found.Load()
 }
 
-// checkPolicy validates p and n and returns p's refill interval rounded to
-// whole microseconds (at least 1 µs).
-func checkPolicy(p addrlimit.Policy, n int) (time.Duration, error) {
+// checkPolicy validates p and n and returns p's one limit and its refill
+// interval rounded to whole microseconds (at least 1 µs). A policy of
+// several limits is refused: the script keeps one bucket per key.
+func checkPolicy(p addrlimit.Policy, n int) (addrlimit.Limit, time.Duration, error) {
 	// The Limiter's one rule for a policy. The empty name, which a Limiter
 	// never passes, is a namespace of its own for direct callers.
 	if p.Name != "" {
 		if err := p.Validate(); err != nil {
-			return 0, fmt.Errorf("redisstore: %w", err)
+			return addrlimit.Limit{}, 0, fmt.Errorf("redisstore: %w", err)
 		}
 	}
-	if p.Burst < 1 || p.Interval <= 0 {
-		return 0, fmt.Errorf("redisstore: invalid policy: burst %d, interval %v", p.Burst, p.Interval)
+	if len(p.Limits) != 1 {
+		return addrlimit.Limit{}, 0, fmt.Errorf("redisstore: policy %q: has %d limits; this store keeps policies of one limit", p.Name, len(p.Limits))
 	}
-	interval := max(p.Interval.Round(time.Microsecond), time.Microsecond)
-	if int64(p.Burst) > maxTau/int64(interval/time.Microsecond) {
-		return 0, fmt.Errorf("redisstore: policy %q: burst %d × interval %v must be at most 2^50 µs (about 35.7 years), the longest bucket the script computes exactly", p.Name, p.Burst, p.Interval)
+	lim := p.Limits[0]
+	if lim.Burst < 1 || lim.Interval <= 0 {
+		return lim, 0, fmt.Errorf("redisstore: invalid policy: burst %d, interval %v", lim.Burst, lim.Interval)
 	}
-	if n < 1 || n > p.Burst {
-		return 0, fmt.Errorf("redisstore: %d tokens for a burst of %d", n, p.Burst)
+	interval := max(lim.Interval.Round(time.Microsecond), time.Microsecond)
+	if int64(lim.Burst) > maxTau/int64(interval/time.Microsecond) {
+		return lim, 0, fmt.Errorf("redisstore: policy %q: burst %d × interval %v must be at most 2^50 µs (about 35.7 years), the longest bucket the script computes exactly", p.Name, lim.Burst, lim.Interval)
 	}
-	return interval, nil
+	if n < 1 || n > lim.Burst {
+		return lim, 0, fmt.Errorf("redisstore: %d tokens for a burst of %d", n, lim.Burst)
+	}
+	return lim, interval, nil
 }
 
 // clientOptions reports whether a go-redis client applies context
@@ -577,7 +583,11 @@ func clientOptions(c redis.UniversalClient) (contextTimeouts bool, minIdleConns 
 func (s *Store) RedisKey(key string, p addrlimit.Policy) string { return s.redisKey(key, p) }
 
 func (s *Store) redisKey(key string, p addrlimit.Policy) string {
-	tag := s.prefix + p.Name + "/" + strconv.Itoa(p.Burst) + "/" + strconv.FormatInt(int64(p.Interval), 10)
+	var lim addrlimit.Limit
+	if len(p.Limits) > 0 { // checked by every caller but RedisKey's
+		lim = p.Limits[0]
+	}
+	tag := s.prefix + p.Name + "/" + strconv.Itoa(lim.Burst) + "/" + strconv.FormatInt(int64(lim.Interval), 10)
 	if len(key) > maxRawKey {
 		sum := sha256.Sum256([]byte(key))
 		return tag + ":h:" + hex.EncodeToString(sum[:])

@@ -128,8 +128,8 @@ func taker(t testing.TB, s *redisstore.Store) takeFunc {
 }
 
 var (
-	global = addrlimit.Policy{Name: "global", Burst: 100, Interval: 10 * time.Millisecond}
-	login  = addrlimit.Policy{Name: "login", Burst: 5, Interval: 12 * time.Second}
+	global = addrlimit.Policy{Name: "global", Limits: []addrlimit.Limit{{Burst: 100, Interval: 10 * time.Millisecond}}}
+	login  = addrlimit.Policy{Name: "login", Limits: []addrlimit.Limit{{Burst: 5, Interval: 12 * time.Second}}}
 )
 
 // The scenario at the Store level: a global 100/s policy and a
@@ -156,12 +156,12 @@ func TestPoliciesHaveDistinctBuckets(t *testing.T) {
 		t.Fatalf("logins 4-5: %+v", res)
 	}
 	for _, p := range []addrlimit.Policy{
-		{Name: "login2", Burst: login.Burst, Interval: login.Interval},
-		{Name: login.Name, Burst: login.Burst + 1, Interval: login.Interval},
-		{Name: login.Name, Burst: login.Burst, Interval: login.Interval + time.Nanosecond},
-		{Burst: login.Burst, Interval: login.Interval},
+		{Name: "login2", Limits: []addrlimit.Limit{{Burst: login.Limits[0].Burst, Interval: login.Limits[0].Interval}}},
+		{Name: login.Name, Limits: []addrlimit.Limit{{Burst: login.Limits[0].Burst + 1, Interval: login.Limits[0].Interval}}},
+		{Name: login.Name, Limits: []addrlimit.Limit{{Burst: login.Limits[0].Burst, Interval: login.Limits[0].Interval + time.Nanosecond}}},
+		{Limits: []addrlimit.Limit{{Burst: login.Limits[0].Burst, Interval: login.Limits[0].Interval}}},
 	} {
-		if res := take(addr, p, 1); !res.Allowed || res.Remaining != p.Burst-1 {
+		if res := take(addr, p, 1); !res.Allowed || res.Remaining != p.Limits[0].Burst-1 {
 			t.Fatalf("policy %+v shares the login bucket: %+v", p, res)
 		}
 	}
@@ -182,7 +182,7 @@ func TestHashedKeysHaveTheirOwnNamespace(t *testing.T) {
 	c := shared.client(t)
 	s := newStore(t, c)
 	take := taker(t, s)
-	p := addrlimit.Policy{Name: "default", Burst: 1, Interval: time.Hour}
+	p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Hour}}}
 	long := strings.Repeat("x", 10_000)
 	hashed := s.RedisKey(long, p)
 	if len(hashed) > 300 || !strings.Contains(hashed, ":h:") {
@@ -216,7 +216,7 @@ func TestRefundAndResetEndCachedDenials(t *testing.T) {
 	s := newStore(t, c)
 	take := taker(t, s)
 	ctx := context.Background()
-	p := addrlimit.Policy{Name: "default", Burst: 3, Interval: time.Hour}
+	p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 3, Interval: time.Hour}}}
 	if res := take("k", p, 2); !res.Allowed || res.Remaining != 1 {
 		t.Fatalf("Take 2: %+v", res)
 	}
@@ -272,7 +272,7 @@ func TestKeysExpireOnceFull(t *testing.T) {
 	needRedis(t)
 	c := shared.client(t)
 	s := newStore(t, c)
-	p := addrlimit.Policy{Name: "default", Burst: 3, Interval: 100 * time.Millisecond}
+	p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 3, Interval: 100 * time.Millisecond}}}
 	ctx := context.Background()
 	taker(t, s)("k", p, 2)
 	ttl, err := c.PTTL(ctx, s.RedisKey("k", p)).Result()
@@ -301,7 +301,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 			var calls counter
 			c.AddHook(&calls)
 			s := newStore(t, c, tc.opts...)
-			p := addrlimit.Policy{Name: "default", Burst: 1, Interval: time.Hour}
+			p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Hour}}}
 			for i := range 102 {
 				res, err := s.Take(context.Background(), "abuser", p, 1)
 				if err != nil || res.Allowed != (i == 0) {
@@ -327,7 +327,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 // one round trip, while a cost the bucket can pay still reaches Redis.
 func TestDenyCacheAnswersDenialsOfAnyCost(t *testing.T) {
 	_, calls, s := countedStore(t)
-	p := addrlimit.Policy{Name: "default", Burst: 5, Interval: time.Hour}
+	p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 5, Interval: time.Hour}}}
 	take := taker(t, s)
 	if res := take("k", p, 3); !res.Allowed || res.Remaining != 2 {
 		t.Fatalf("Take of 3 from a full bucket: %+v", res)
@@ -556,12 +556,12 @@ func TestStoreAppliesThePolicyRuleOfTheLimiter(t *testing.T) {
 	needRedis(t)
 	s := newStore(t, shared.client(t))
 	for _, p := range []addrlimit.Policy{
-		{Name: "bad name", Burst: 5, Interval: time.Second},
-		{Name: strings.Repeat("a", 65), Burst: 5, Interval: time.Second},
-		{Name: "ok", Burst: 0, Interval: time.Second},
+		{Name: "bad name", Limits: []addrlimit.Limit{{Burst: 5, Interval: time.Second}}},
+		{Name: strings.Repeat("a", 65), Limits: []addrlimit.Limit{{Burst: 5, Interval: time.Second}}},
+		{Name: "ok", Limits: []addrlimit.Limit{{Burst: 0, Interval: time.Second}}},
 	} {
 		if _, err := s.Take(context.Background(), "k", p, 1); err == nil || !strings.HasPrefix(err.Error(), "redisstore: ") {
-			t.Errorf("Take under %q (burst %d): %v, want a redisstore error", p.Name, p.Burst, err)
+			t.Errorf("Take under %q (burst %d): %v, want a redisstore error", p.Name, p.Limits[0].Burst, err)
 		} else if p.Validate() == nil {
 			t.Errorf("policy %+v is valid by Policy.Validate, but the store refused it: %v", p, err)
 		}

@@ -135,8 +135,8 @@ func (s *suite) want(what string, res addrlimit.Result, allowed bool, remaining 
 }
 
 var (
-	perSecond = addrlimit.Policy{Name: "default", Burst: 5, Interval: time.Second}
-	perHour   = addrlimit.Policy{Name: "default", Burst: 1, Interval: time.Hour}
+	perSecond = addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 5, Interval: time.Second}}}
+	perHour   = addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Hour}}}
 )
 
 var cases = []struct {
@@ -158,7 +158,7 @@ var cases = []struct {
 		s.near("denied ResetAfter", last.ResetAfter, 5*time.Second)
 	}},
 	{"last token reports when the next arrives", func(s *suite) {
-		p := addrlimit.Policy{Name: "default", Burst: 1, Interval: 3 * time.Second}
+		p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 1, Interval: 3 * time.Second}}}
 		res := s.take("k", p, 1)
 		s.want("only token", res, true, 0)
 		s.near("RetryAfter", res.RetryAfter, 3*time.Second)
@@ -174,15 +174,15 @@ var cases = []struct {
 		}
 	}},
 	{"policies are distinct", func(s *suite) {
-		base := addrlimit.Policy{Name: "api", Burst: 1, Interval: time.Hour}
+		base := addrlimit.Policy{Name: "api", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Hour}}}
 		variants := []addrlimit.Policy{
 			base,
-			{Name: "login", Burst: 1, Interval: time.Hour},
-			{Name: "api", Burst: 2, Interval: time.Hour},
-			{Name: "api", Burst: 1, Interval: time.Minute},
+			{Name: "login", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Hour}}},
+			{Name: "api", Limits: []addrlimit.Limit{{Burst: 2, Interval: time.Hour}}},
+			{Name: "api", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Minute}}},
 		}
 		for i, p := range variants {
-			if res := s.take("shared-key", p, p.Burst); !res.Allowed {
+			if res := s.take("shared-key", p, p.Limits[0].Burst); !res.Allowed {
 				s.Fatalf("policy %d %+v: first request denied: it shares a bucket with an earlier policy", i, p)
 			}
 		}
@@ -191,7 +191,7 @@ var cases = []struct {
 		}
 	}},
 	{"take n", func(s *suite) {
-		p := addrlimit.Policy{Name: "default", Burst: 10, Interval: time.Second}
+		p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Second}}}
 		s.want("take 4", s.take("k", p, 4), true, 6)
 		res := s.take("k", p, 7)
 		s.want("take 7 of 6", res, false, 6)
@@ -237,13 +237,13 @@ var cases = []struct {
 		s.want("once", s.take("k", perHour, 1), false, 0)
 		s.reset("never-seen", perHour)
 		s.want("reset of a missing key", s.take("never-seen", perHour, 1), true, 0)
-		other := addrlimit.Policy{Name: "other", Burst: 1, Interval: time.Hour}
+		other := addrlimit.Policy{Name: "other", Limits: []addrlimit.Limit{{Burst: 1, Interval: time.Hour}}}
 		s.want("other policy", s.take("k", other, 1), true, 0)
 		s.reset("k", perHour)
 		s.want("reset leaves other policies alone", s.take("k", other, 1), false, 0)
 	}},
 	{"refill", func(s *suite) {
-		p := addrlimit.Policy{Name: "default", Burst: 2, Interval: 100 * time.Millisecond}
+		p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 2, Interval: 100 * time.Millisecond}}}
 		s.take("k", p, 2)
 		if s.take("k", p, 1).Allowed {
 			s.Fatal("empty bucket allowed a request")
@@ -260,7 +260,7 @@ var cases = []struct {
 		}
 	}},
 	{"denied requests consume nothing", func(s *suite) {
-		p := addrlimit.Policy{Name: "default", Burst: 1, Interval: 200 * time.Millisecond}
+		p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 1, Interval: 200 * time.Millisecond}}}
 		s.take("k", p, 1)
 		for range 50 {
 			if s.take("k", p, 1).Allowed {
@@ -273,7 +273,7 @@ var cases = []struct {
 		}
 	}},
 	{"exact under concurrency", func(s *suite) {
-		p := addrlimit.Policy{Name: "default", Burst: 100, Interval: time.Hour}
+		p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 100, Interval: time.Hour}}}
 		var allowed atomic.Int64
 		var wg sync.WaitGroup
 		for g := range 25 {
@@ -301,7 +301,7 @@ var cases = []struct {
 		}
 	}},
 	{"concurrent refunds never overfill", func(s *suite) {
-		p := addrlimit.Policy{Name: "default", Burst: 10, Interval: time.Hour}
+		p := addrlimit.Policy{Name: "default", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Hour}}}
 		s.take("k", p, 4)
 		var wg sync.WaitGroup
 		for range 20 {

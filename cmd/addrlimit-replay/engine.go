@@ -70,7 +70,7 @@ func parsePolicy(s string) (routePolicy, error) {
 			return bad("bad burst")
 		}
 	}
-	p := addrlimit.Policy{Name: name, Burst: burst, Interval: per / time.Duration(limit)}
+	p := addrlimit.Policy{Name: name, Limits: []addrlimit.Limit{{Burst: burst, Interval: per / time.Duration(limit)}}}
 	if err := p.Validate(); err != nil {
 		return bad(err.Error())
 	}

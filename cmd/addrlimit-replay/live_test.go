@@ -45,7 +45,7 @@ func liveOptions(t *testing.T, now func() time.Time, tok *addrlimit.InternalToke
 		addrlimit.WithBurst(4),
 		addrlimit.WithKeyFunc(proxies.Key),
 		addrlimit.WithInternalToken(tok),
-		addrlimit.WithPolicy(addrlimit.Policy{Name: "login", Burst: 2, Interval: 30 * time.Second}),
+		addrlimit.WithPolicy(addrlimit.Policy{Name: "login", Limits: []addrlimit.Limit{{Burst: 2, Interval: 30 * time.Second}}}),
 		addrlimit.WithPolicySelector(func(r *http.Request) (string, string, error) {
 			if strings.HasPrefix(r.URL.Path, "/login") {
 				return "login", "", nil

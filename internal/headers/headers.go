@@ -124,7 +124,7 @@ func New(style uint8, name string, burst int, interval time.Duration) *Writer {
 	var render func(r int) string
 	switch style {
 	case Draft:
-		w.policy = `"` + name + `";q=` + w.limit + ";w=" + strconv.Itoa(window(burst, interval))
+		w.policy = `"` + name + `";q=` + w.limit + ";w=" + strconv.Itoa(Window(burst, interval))
 		w.prefix = `"` + name + `";r=`
 		render = func(r int) string { return w.prefix + strconv.Itoa(r) + ";t=0" }
 		w.byWait = make([]string, min(Seconds(interval), precomputed)+1)
@@ -162,9 +162,9 @@ func (w *Writer) remaining(r int) (string, bool) {
 	return "", false
 }
 
-// window is the draft's w parameter: the whole seconds a full bucket takes
+// Window is the draft's w parameter: the whole seconds a full bucket takes
 // to refill, rounded up, at least 1; 2^62 if that does not fit.
-func window(burst int, interval time.Duration) int {
+func Window(burst int, interval time.Duration) int {
 	hi, lo := bits.Mul64(uint64(burst), uint64(interval))
 	if hi >= uint64(time.Second) {
 		return 1 << 62

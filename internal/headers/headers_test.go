@@ -190,8 +190,8 @@ func TestWindow(t *testing.T) {
 		{math.MaxInt64, time.Duration(math.MaxInt64), 1 << 62},
 		{math.MaxInt64, time.Nanosecond, 9_223_372_037},
 	} {
-		if got := window(tc.burst, tc.ivl); got != tc.want {
-			t.Errorf("window(%d, %v) = %d, want %d", tc.burst, tc.ivl, got, tc.want)
+		if got := Window(tc.burst, tc.ivl); got != tc.want {
+			t.Errorf("Window(%d, %v) = %d, want %d", tc.burst, tc.ivl, got, tc.want)
 		}
 	}
 }
@@ -327,7 +327,7 @@ func FuzzWrite(f *testing.F) {
 		if len(fields) > 0 {
 			t.Fatalf("Fields set %v, which Write does not", fields)
 		}
-		if w.style == Draft && w.policy != fmt.Sprintf(`"%s";q=%d;w=%d`, name, burst, window(burst, time.Duration(ivl))) {
+		if w.style == Draft && w.policy != fmt.Sprintf(`"%s";q=%d;w=%d`, name, burst, Window(burst, time.Duration(ivl))) {
 			t.Fatalf("policy %q", w.policy)
 		}
 	})
