@@ -310,11 +310,11 @@ func (s *Store) connect(ctx context.Context, c redis.UniversalClient, pipelines 
 	return failed
 }
 
-// CheckPolicy implements addrlimit.PolicyChecker: it refuses a policy whose
-// burst × interval exceeds 2^50 µs (about 35.7 years), the bound of the
-// script's exact arithmetic, or whose name is invalid.
+// CheckPolicy implements addrlimit.PolicyChecker: it refuses a policy with
+// a limit whose burst × interval exceeds 2^50 µs (about 35.7 years), the
+// bound of the script's exact arithmetic, or that Policy.Validate refuses.
 func (s *Store) CheckPolicy(p addrlimit.Policy) error {
-	_, _, err := checkPolicy(p, 1)
+	_, err := checkPolicy(p, 1)
 	return err
 }
 
@@ -345,14 +345,18 @@ func (s *Store) Reset(ctx context.Context, key string, p addrlimit.Policy) error
 }
 
 func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n int) (addrlimit.Result, error) {
-	lim, interval, err := checkPolicy(p, n)
+	lims, err := checkPolicy(p, n)
 	if err != nil {
 		return addrlimit.Result{}, err
 	}
-	rkey := s.redisKey(key, p)
+	// q is p as the script runs it: intervals in whole µs.
+	q := addrlimit.Policy{Name: p.Name, Limits: lims[:len(p.Limits)]}
+	c := &call{limits: len(q.Limits), op: op, n: int64(n)}
+	s.redisKeys(key, p, &c.keys)
+	rkey := c.keys[0] // the decision's name in the deny cache and the Cluster
 	switch op {
 	case opTake:
-		if res, ok := s.deny.lookup(rkey, time.Now(), n); ok {
+		if res, ok := s.deny.lookup(rkey, time.Now(), n, q); ok {
 			return res, nil
 		}
 	case opRefund, opReset:
@@ -367,7 +371,10 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	if err := br.check(); err != nil {
 		return addrlimit.Result{}, err
 	}
-	c := &call{key: rkey, op: op, n: int64(n), interval: int64(interval / time.Microsecond), burst: int64(lim.Burst), br: br}
+	c.br = br
+	for i, lim := range q.Limits {
+		c.interval[i], c.burst[i] = int64(lim.Interval/time.Microsecond), int64(lim.Burst)
+	}
 	if s.batch != nil {
 		s.batch.do(ctx, c)
 	} else {
@@ -376,18 +383,24 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	if c.err != nil {
 		return addrlimit.Result{}, fmt.Errorf("redisstore: %w", c.err)
 	}
-	res := addrlimit.Result{
-		Allowed:    c.reply[0] == 1,
-		Remaining:  int(c.reply[1]),
-		RetryAfter: time.Duration(c.reply[2]) * time.Microsecond,
-		ResetAfter: time.Duration(c.reply[3]) * time.Microsecond,
+	var resets [addrlimit.MaxLimits]time.Duration
+	for i := range q.Limits {
+		resets[i] = time.Duration(c.reply[1+i]) * time.Microsecond
 	}
-	res.Resets[0] = res.ResetAfter
+	take := op == opTake || op >= opTakeDebt // with or without a debt
+	need := 1
+	if take && c.reply[0] != 1 {
+		need = n
+	}
+	res := q.Result(c.reply[0] == 1, need, resets)
 	switch {
-	case op == opTake || op >= opTakeDebt: // a Take, with or without a debt
-		s.deny.remember(rkey, c.sent, res, n, interval, lim.Burst)
+	case take:
+		s.deny.remember(rkey, c.sent, res, n, q)
 	case op == opRefund || op == opReset:
 		s.deny.forget(rkey)
+		res.Allowed = res.Remaining >= 1
+	default: // Peek
+		res.Allowed = res.Remaining >= 1
 	}
 	return res, nil
 }
@@ -533,32 +546,35 @@ func (s *Store) masterGone(ctx context.Context, addr string) bool {
 	return err == nil && !found.Load()
 }
 
-// checkPolicy validates p and n and returns p's one limit and its refill
-// interval rounded to whole microseconds (at least 1 µs). A policy of
-// several limits is refused: the script keeps one bucket per key.
-func checkPolicy(p addrlimit.Policy, n int) (addrlimit.Limit, time.Duration, error) {
+// checkPolicy validates p and n and returns p's limits with each refill
+// interval rounded to whole microseconds (at least 1 µs), as the script
+// runs them.
+func checkPolicy(p addrlimit.Policy, n int) ([addrlimit.MaxLimits]addrlimit.Limit, error) {
+	var lims [addrlimit.MaxLimits]addrlimit.Limit
 	// The Limiter's one rule for a policy. The empty name, which a Limiter
 	// never passes, is a namespace of its own for direct callers.
 	if p.Name != "" {
 		if err := p.Validate(); err != nil {
-			return addrlimit.Limit{}, 0, fmt.Errorf("redisstore: %w", err)
+			return lims, fmt.Errorf("redisstore: %w", err)
 		}
 	}
-	if len(p.Limits) != 1 {
-		return addrlimit.Limit{}, 0, fmt.Errorf("redisstore: policy %q: has %d limits; this store keeps policies of one limit", p.Name, len(p.Limits))
+	if len(p.Limits) < 1 || len(p.Limits) > addrlimit.MaxLimits {
+		return lims, fmt.Errorf("redisstore: policy %q: has %d limits, not 1 to %d", p.Name, len(p.Limits), addrlimit.MaxLimits)
 	}
-	lim := p.Limits[0]
-	if lim.Burst < 1 || lim.Interval <= 0 {
-		return lim, 0, fmt.Errorf("redisstore: invalid policy: burst %d, interval %v", lim.Burst, lim.Interval)
+	for i, lim := range p.Limits {
+		if lim.Burst < 1 || lim.Interval <= 0 {
+			return lims, fmt.Errorf("redisstore: invalid policy: burst %d, interval %v", lim.Burst, lim.Interval)
+		}
+		lim.Interval = max(lim.Interval.Round(time.Microsecond), time.Microsecond)
+		if int64(lim.Burst) > maxTau/int64(lim.Interval/time.Microsecond) {
+			return lims, fmt.Errorf("redisstore: policy %q: burst %d × interval %v must be at most 2^50 µs (about 35.7 years), the longest bucket the script computes exactly", p.Name, lim.Burst, p.Limits[i].Interval)
+		}
+		if n < 1 || n > lim.Burst {
+			return lims, fmt.Errorf("redisstore: %d tokens for a burst of %d", n, lim.Burst)
+		}
+		lims[i] = lim
 	}
-	interval := max(lim.Interval.Round(time.Microsecond), time.Microsecond)
-	if int64(lim.Burst) > maxTau/int64(interval/time.Microsecond) {
-		return lim, 0, fmt.Errorf("redisstore: policy %q: burst %d × interval %v must be at most 2^50 µs (about 35.7 years), the longest bucket the script computes exactly", p.Name, lim.Burst, lim.Interval)
-	}
-	if n < 1 || n > lim.Burst {
-		return lim, 0, fmt.Errorf("redisstore: %d tokens for a burst of %d", n, lim.Burst)
-	}
-	return lim, interval, nil
+	return lims, nil
 }
 
 // clientOptions reports whether a go-redis client applies context
@@ -579,20 +595,62 @@ func clientOptions(c redis.UniversalClient) (contextTimeouts bool, minIdleConns 
 	return true, 0
 }
 
-// RedisKey returns the Redis key that holds key's bucket under p.
-func (s *Store) RedisKey(key string, p addrlimit.Policy) string { return s.redisKey(key, p) }
+// RedisKey returns the Redis key that holds key's bucket of p's first
+// limit (see Keys in the package documentation for the others).
+func (s *Store) RedisKey(key string, p addrlimit.Policy) string {
+	var keys [addrlimit.MaxLimits]string
+	s.redisKeys(key, p, &keys)
+	return keys[0]
+}
 
-func (s *Store) redisKey(key string, p addrlimit.Policy) string {
-	var lim addrlimit.Limit
-	if len(p.Limits) > 0 { // checked by every caller but RedisKey's
-		lim = p.Limits[0]
+// redisKeys sets keys[i] to the Redis key of key's bucket of p's limit i
+// (see Keys in the package documentation).
+func (s *Store) redisKeys(key string, p addrlimit.Policy, keys *[addrlimit.MaxLimits]string) {
+	if len(p.Limits) <= 1 { // 0: checked by every caller but RedisKey's
+		var lim addrlimit.Limit
+		if len(p.Limits) == 1 {
+			lim = p.Limits[0]
+		}
+		tag := s.prefix + p.Name + "/" + strconv.Itoa(lim.Burst) + "/" + strconv.FormatInt(int64(lim.Interval), 10)
+		keys[0] = tag + clientPart(key)
+		return
 	}
-	tag := s.prefix + p.Name + "/" + strconv.Itoa(lim.Burst) + "/" + strconv.FormatInt(int64(lim.Interval), 10)
+	// The policy and the client in one hash tag, then the limit's index:
+	// prefix{name/burst/interval/…:k:key}:i. The slot depends only on what
+	// precedes the tag's "}" (the first after the first "{", which is the
+	// tag's or the prefix's), and that part is the same for every limit.
+	b := make([]byte, 0, 2*len(s.prefix)+64+len(key))
+	b = append(b, s.prefix...)
+	b = append(b, '{')
+	b = append(b, p.Name...)
+	for _, lim := range p.Limits {
+		b = append(b, '/')
+		b = strconv.AppendInt(b, int64(lim.Burst), 10)
+		b = append(b, '/')
+		b = strconv.AppendInt(b, int64(lim.Interval), 10)
+	}
+	b = append(b, clientPart(key)...)
+	b = append(b, "}:0"...)
+	one := len(b)
+	for i := 1; i < len(p.Limits); i++ {
+		b = append(b, b[:one]...)
+		b[len(b)-1] = byte('0' + i)
+	}
+	all := string(b)
+	for i := range p.Limits {
+		keys[i] = all[i*one : (i+1)*one]
+	}
+}
+
+// clientPart is the end of a bucket's Redis key that names the client:
+// ":k:" and key, or ":h:" and its SHA-256 in hex if key is longer than
+// maxRawKey bytes.
+func clientPart(key string) string {
 	if len(key) > maxRawKey {
 		sum := sha256.Sum256([]byte(key))
-		return tag + ":h:" + hex.EncodeToString(sum[:])
+		return ":h:" + hex.EncodeToString(sum[:])
 	}
-	return tag + ":k:" + key
+	return ":k:" + key
 }
 
 // DenyCacheLen returns the number of keys the deny cache holds.
