@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/addrlimit/addrlimit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -40,4 +41,11 @@ func (s *Store) Probing() bool { return s.single.probing.Load() }
 // RunScript runs the store's production script on Redis with raw ARGV.
 func RunScript(ctx context.Context, c redis.Scripter, key string, args ...any) error {
 	return gcra.Run(ctx, c, []string{key}, args...).Err()
+}
+
+// RedisKeys returns the Redis key of key's bucket of each limit of p.
+func (s *Store) RedisKeys(key string, p addrlimit.Policy) []string {
+	var keys [addrlimit.MaxLimits]string
+	s.redisKeys(key, p, &keys)
+	return keys[:max(len(p.Limits), 1)]
 }

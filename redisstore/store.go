@@ -70,6 +70,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -313,9 +314,17 @@ func (s *Store) connect(ctx context.Context, c redis.UniversalClient, pipelines 
 // CheckPolicy implements addrlimit.PolicyChecker: it refuses a policy with
 // a limit whose burst × interval exceeds 2^50 µs (about 35.7 years), the
 // bound of the script's exact arithmetic, or that Policy.Validate refuses.
+// A policy of several limits is refused under a key prefix whose first "{"
+// is followed at once by "}": Redis Cluster would hash each limit's key
+// whole (an empty hash tag) instead of putting them in one slot.
 func (s *Store) CheckPolicy(p addrlimit.Policy) error {
-	_, err := checkPolicy(p, 1)
-	return err
+	if _, err := checkPolicy(p, 1); err != nil {
+		return err
+	}
+	if i := strings.IndexByte(s.prefix, '{'); len(p.Limits) > 1 && i >= 0 && strings.HasPrefix(s.prefix[i:], "{}") {
+		return fmt.Errorf("redisstore: policy %q: several limits need their keys in one Redis Cluster slot, which the key prefix %q prevents: its first \"{\" is followed by \"}\", an empty hash tag", p.Name, s.prefix)
+	}
+	return nil
 }
 
 // Take implements addrlimit.Store: one round trip (shared with concurrent

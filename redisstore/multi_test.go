@@ -1,0 +1,318 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/redisstore"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+)
+
+// tick is the step of the differential test's clock: 1/64 s. With refill
+// intervals of 1/64 s times a power of two, every token count x/time/rate
+// computes is a dyadic fraction, exact in a float64, so that the model
+// decides exactly at every boundary, as the script's integer µs do.
+const tick = time.Second / 64
+
+// model is one key's buckets under a policy: one rate.Limiter per limit.
+type model struct {
+	lims []*rate.Limiter
+	p    addrlimit.Policy
+}
+
+func newModel(p addrlimit.Policy, now time.Time) *model {
+	m := &model{p: p}
+	for _, lim := range p.Limits {
+		l := rate.NewLimiter(rate.Every(lim.Interval), lim.Burst)
+		l.SetBurstAt(now, lim.Burst) // full at now
+		m.lims = append(m.lims, l)
+	}
+	return m
+}
+
+// take decides a Take of n at now, all or nothing: every limit is checked
+// with TokensAt first, and charged with ReserveN only when all allow.
+func (m *model) take(now time.Time, n int) bool {
+	for _, l := range m.lims {
+		if l.TokensAt(now) < float64(n) {
+			return false
+		}
+	}
+	for _, l := range m.lims {
+		if r := l.ReserveN(now, n); !r.OK() || r.DelayFrom(now) != 0 {
+			panic("model: reservation after TokensAt allowed it")
+		}
+	}
+	return true
+}
+
+// resets returns each limit's time until full at now.
+func (m *model) resets(now time.Time) [addrlimit.MaxLimits]time.Duration {
+	var out [addrlimit.MaxLimits]time.Duration
+	for i, l := range m.lims {
+		missing := float64(m.p.Limits[i].Burst) - l.TokensAt(now)
+		out[i] = time.Duration(math.Round(missing * float64(m.p.Limits[i].Interval)))
+	}
+	return out
+}
+
+// randomPolicy returns a policy of 1 to MaxLimits limits with intervals of
+// 1/64 s to 4 s and bursts of 1 to 40.
+func randomPolicy(rng *rand.Rand, name string) addrlimit.Policy {
+	p := addrlimit.Policy{Name: name}
+	k := 1 + rng.IntN(addrlimit.MaxLimits)
+	for i := range k {
+		p.Limits = append(p.Limits, addrlimit.Limit{
+			Name:     fmt.Sprint("l", i),
+			Burst:    1 + rng.IntN(40),
+			Interval: tick << rng.IntN(9),
+		})
+	}
+	return p
+}
+
+// differential runs decisions random Takes (random keys, policies of 1 to 4
+// limits, costs up to the smallest burst, times in steps of 1/64 s) from 8
+// goroutines through a store whose script runs on the bubble's clock, and
+// compares each answer with one x/time/rate.Limiter per limit: the same
+// decision, never a charge on a denial, and the same time until full for
+// every limit, hence the same Remaining and RetryAfter. newClient is called
+// inside the bubble.
+func differential(t *testing.T, decisions int, newClient func(t testing.TB) redis.UniversalClient) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore(t, newClient(t), redisstore.WithClock(time.Now))
+		const workers, keysPerWorker = 8, 16
+		var allowed, denied, multi atomic.Int64
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(w), 42))
+				type bucket struct {
+					key string
+					m   *model
+				}
+				buckets := make([]bucket, keysPerWorker)
+				for i := range buckets {
+					p := randomPolicy(rng, fmt.Sprint("p", w, "-", i))
+					buckets[i] = bucket{key: fmt.Sprintf("{client}%d}-%d", w, i), m: newModel(p, time.Now())}
+				}
+				for d := range decisions / workers {
+					time.Sleep(time.Duration(rng.IntN(4)) * tick)
+					b := buckets[rng.IntN(len(buckets))]
+					p := b.m.p
+					smallest := p.Limits[0].Burst
+					for _, lim := range p.Limits {
+						smallest = min(smallest, lim.Burst)
+					}
+					n := 1 + rng.IntN(smallest)
+					now := time.Now()
+					res, err := s.Take(context.Background(), b.key, p, n)
+					if err != nil {
+						t.Errorf("decision %d: %v", d, err)
+						return
+					}
+					want := b.m.take(now, n)
+					if res.Allowed != want {
+						t.Errorf("decision %d, %s, cost %d at +%v: store allowed %v, x/time/rate %v", d, b.key, n, now.Sub(start), res.Allowed, want)
+						return
+					}
+					need := 1
+					if !want {
+						need = n
+					}
+					if exp := p.Result(want, need, b.m.resets(now)); res != exp {
+						t.Errorf("decision %d, %s (%d limits), cost %d: store %+v, x/time/rate %+v", d, b.key, len(p.Limits), n, res, exp)
+						return
+					}
+					if res.Allowed {
+						allowed.Add(1)
+					} else {
+						denied.Add(1)
+					}
+					if len(p.Limits) > 1 {
+						multi.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("%d decisions (%d allowed, %d denied; %d under several limits) equal to x/time/rate's", allowed.Load()+denied.Load(), allowed.Load(), denied.Load(), multi.Load())
+		if got := allowed.Load() + denied.Load(); got != int64(decisions/workers*workers) || allowed.Load() == 0 || denied.Load() == 0 {
+			t.Fatalf("%d decisions compared (%d allowed), want %d with both outcomes", got, allowed.Load(), decisions/workers*workers)
+		}
+	})
+}
+
+// start is the synctest bubble's epoch (every bubble starts there).
+var start = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func TestSeveralLimitsEqualXTimeRate(t *testing.T) {
+	needRedis(t)
+	decisions := 100_000
+	if testing.Short() {
+		decisions = 10_000
+	}
+	differential(t, decisions, func(t testing.TB) redis.UniversalClient {
+		c := redis.NewClient(&redis.Options{Addr: shared.addr(), ContextTimeoutEnabled: true, PoolSize: 64})
+		t.Cleanup(func() { c.Close() })
+		return c
+	})
+}
+
+// three is a policy of three limits that refill too slowly to change
+// during a test: 2, 5 and 10 per hour-long interval.
+var three = addrlimit.Policy{Name: "api", Limits: []addrlimit.Limit{
+	{Name: "a", Burst: 2, Interval: time.Hour},
+	{Name: "b", Burst: 5, Interval: time.Hour},
+	{Name: "c", Burst: 10, Interval: time.Hour},
+}}
+
+// hours rounds each of res's Resets to whole hours (a few ms pass between
+// calls on Redis's clock).
+func hours(res addrlimit.Result) [3]int {
+	var h [3]int
+	for i := range h {
+		h[i] = int(res.Resets[i].Round(time.Hour) / time.Hour)
+	}
+	return h
+}
+
+// Take, Peek, Refund, TakeWithDebt and Reset over every limit of a policy:
+// a denial by one limit charges none, a refund and a debt reach every
+// limit, a reset empties every key; the deny cache answers a denial by any
+// limit and forgets it on a refund.
+func TestSeveralLimitsAllOrNothing(t *testing.T) {
+	c, calls, s := countedStore(t)
+	ctx := context.Background()
+	step := func(what string, res addrlimit.Result, err error, allowed bool, remaining int, resets [3]int) {
+		t.Helper()
+		if err != nil || res.Allowed != allowed || res.Remaining != remaining || hours(res) != resets {
+			t.Fatalf("%s: %+v %v, want allowed %v, %d left, hours until full %v", what, res, err, allowed, remaining, resets)
+		}
+	}
+	res, err := s.Take(ctx, "k", three, 2)
+	step("Take 2", res, err, true, 0, [3]int{2, 2, 2})
+	res, err = s.Take(ctx, "k", three, 1)
+	step("Take 1, limit a empty", res, err, false, 0, [3]int{2, 2, 2})
+	if res.RetryAfter <= 59*time.Minute || res.RetryAfter > time.Hour {
+		t.Fatalf("RetryAfter %v, want limit a's hour", res.RetryAfter)
+	}
+	before := calls.n.Load()
+	res, err = s.Take(ctx, "k", three, 1)
+	step("Take 1 again", res, err, false, 0, [3]int{2, 2, 2})
+	if n := calls.n.Load() - before; n != 0 || s.DenyCacheLen() != 1 {
+		t.Fatalf("%d script calls for a denial the deny cache holds (%d entries), want 0", n, s.DenyCacheLen())
+	}
+	res, err = s.Peek(ctx, "k", three)
+	step("Peek", res, err, false, 0, [3]int{2, 2, 2})
+	res, err = s.Refund(ctx, "k", three, 1)
+	step("Refund 1", res, err, true, 1, [3]int{1, 1, 1})
+	if s.DenyCacheLen() != 0 {
+		t.Fatal("a refund left the denial cached")
+	}
+	// A debt of 2 to every limit, then a Take of 1 that limit a (1 below
+	// empty) denies: the debt stays, the Take charges none.
+	res, err = s.TakeWithDebt(ctx, "k", three, 1, 2)
+	step("TakeWithDebt(1, 2)", res, err, false, 0, [3]int{3, 3, 3})
+	res, err = s.TakeWithDebt(ctx, "k", three, 1, 2)
+	step("TakeWithDebt(1, 2) again: limit a at its bound", res, err, false, 0, [3]int{4, 5, 5})
+	if err := s.Reset(ctx, "k", three); err != nil {
+		t.Fatal(err)
+	}
+	keys := s.RedisKeys("k", three)
+	if n, err := c.Exists(ctx, keys...).Result(); err != nil || n != 0 {
+		t.Fatalf("Reset left %d of the keys %q (%v)", n, keys, err)
+	}
+	res, err = s.Peek(ctx, "k", three)
+	step("Peek after Reset", res, err, true, 2, [3]int{0, 0, 0})
+}
+
+// keysShareOneSlot checks on a Cluster (c) that the keys of one decision
+// share one hash tag, hence one slot, whatever the key and the prefix hold;
+// that different policies or keys never share a Redis key; and that a
+// policy of one limit keeps the key layout of earlier versions.
+func keysShareOneSlot(t *testing.T, c redis.UniversalClient) {
+	ctx := context.Background()
+	long := string(make([]byte, 300))
+	seen := map[string]string{}
+	for _, prefix := range []string{"addrlimit:", "a{b:", "a}b{c:", "{app}:", "x{}:"} {
+		s, err := redisstore.New(c, redisstore.WithKeyPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		one := addrlimit.Policy{Name: "api", Limits: three.Limits[:1]}
+		if got, want := s.RedisKey("198.51.100.7", one), prefix+"api/2/3600000000000:k:198.51.100.7"; got != want {
+			t.Fatalf("one limit: key %q, want %q as before", got, want)
+		}
+		if err := s.CheckPolicy(three); (err != nil) != (prefix == "x{}:") {
+			t.Fatalf("prefix %q: CheckPolicy(three limits): %v", prefix, err)
+		} else if err != nil {
+			continue // an empty hash tag: Redis would hash each key whole
+		}
+		for _, p := range []addrlimit.Policy{one, three, {Name: "api", Limits: three.Limits[:2]}, {Name: "api2", Limits: three.Limits[:2]}} {
+			for _, key := range []string{"198.51.100.7", "}", "{", "{}", "}x{y}", "a}b", "", long, long + "x"} {
+				var slot int64 = -1
+				for i, rkey := range s.RedisKeys(key, p) {
+					if other, dup := seen[rkey]; dup {
+						t.Fatalf("limit %d of %q under %+v (prefix %q) has the Redis key of %s", i, key, p, prefix, other)
+					}
+					seen[rkey] = fmt.Sprintf("limit %d of %q under %v, prefix %q", i, key, p, prefix)
+					got, err := c.ClusterKeySlot(ctx, rkey).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if i > 0 && got != slot {
+						t.Fatalf("%q under %+v (prefix %q): limit %d's key %q in slot %d, limit 0's in %d", key, p, prefix, i, rkey, got, slot)
+					}
+					slot = got
+				}
+			}
+		}
+	}
+}
+
+// A foreign value at one limit's key fails that decision only (WRONGTYPE),
+// and writes none of its limits.
+func TestSeveralLimitsOneBadKeyWritesNothing(t *testing.T) {
+	c, _, s := countedStore(t)
+	ctx := context.Background()
+	keys := s.RedisKeys("bad", three)
+	if err := c.LPush(ctx, keys[1], "foreign").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Take(ctx, "bad", three, 1); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("Take with a list at limit b's key: %+v %v, want WRONGTYPE", res, err)
+	}
+	if n, err := c.Exists(ctx, keys[0], keys[2]).Result(); err != nil || n != 0 {
+		t.Fatalf("the failed decision wrote %d of limits a and c (%v)", n, err)
+	}
+	if res, err := s.Take(ctx, "good", three, 1); err != nil || !res.Allowed {
+		t.Fatalf("Take of another key: %+v %v", res, err)
+	}
+}
+
+// A Redis at maxmemory under noeviction refuses a decision's first write:
+// a decision of several limits fails whole (OOM) and writes none of them.
+func TestSeveralLimitsFullRedisWritesNothing(t *testing.T) {
+	srv := startServer(t, "--maxmemory-policy", "noeviction")
+	c := srv.client(t)
+	fillRedis(t, c)
+	s := newStore(t, c)
+	ctx := context.Background()
+	if res, err := s.Take(ctx, "newcomer", three, 1); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("Take in a full Redis: %+v %v, want OOM", res, err)
+	}
+	if n, err := c.Exists(ctx, s.RedisKeys("newcomer", three)...).Result(); err != nil || n != 0 {
+		t.Fatalf("the refused decision wrote %d of its 3 keys (%v)", n, err)
+	}
+}
