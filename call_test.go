@@ -30,7 +30,8 @@ func decideLikeAllow(t *testing.T, r *http.Request, c addrlimit.Call, opts ...ad
 			d.Err = errors.New(d.Err.Error())
 		}
 	}
-	assert.Equal(t, want, got, "Allow and Decide")
+	assert.Equal(t, public(want), public(got), "Allow and Decide")
+	assert.Equal(t, want.Limit(), got.Limit(), "Allow and Decide: Limit")
 	return d
 }
 
@@ -256,8 +257,9 @@ func TestQuotaFieldsAreWhatHandlerSends(t *testing.T) {
 	lim := mustNew(t, 1, time.Hour)
 	for _, d := range []addrlimit.Decision{
 		{Outcome: addrlimit.Exempt},
-		{Outcome: addrlimit.Allowed, Policy: "default"}, // Limit 0: quota unknown
-		{Outcome: addrlimit.Allowed, Policy: "other", Limit: 1},
+		{Outcome: addrlimit.Allowed, Policy: "default"}, // not made by lim: quota unknown
+		{Outcome: addrlimit.Allowed, Policy: "default", QuotaUnknown: true},
+		{Outcome: addrlimit.Allowed, Policy: "other", Remaining: 1},
 		{},
 	} {
 		lim.QuotaFields(d, func(name, _ string) { t.Errorf("QuotaFields(%+v) set %s", d, name) })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 )
 
 // decide is the one path of every call (Handler, Allow, Decide, AllowKey):
@@ -160,17 +161,18 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 	d.DryRun = d.Outcome == Limited && l.dryRun
 }
 
-// refuseCost refuses a cost that no bucket of ps can ever pay, by the
+// refuseCost refuses a cost that some limit of ps can never pay, by the
 // policy alone: no Store call, nothing charged, so a flood of such requests
-// costs the store nothing. The bucket was not asked, so the decision reports
-// an unknown quota (Limit 0: Handler sends no quota fields, as when FailOpen
-// or FailClosed decided) and a zero RetryAfter: no wait makes the request
+// costs the store nothing. No bucket was asked, so the decision reports an
+// unknown quota (Handler sends no quota fields, as when FailOpen or
+// FailClosed decided) and a zero RetryAfter: no wait makes the request
 // possible, so none is promised. The failure policy has nothing to decide,
 // so it is never Degraded.
 func (l *Limiter) refuseCost(ps *policyState, n int, err error, d *Decision) {
 	l.keyErrors.Add(1)
 	ps.limited.Add(1)
-	d.Outcome, d.Policy, d.Cost, d.DryRun = Limited, ps.Name, n, l.dryRun
+	d.record(ps, answer{unknown: true})
+	d.Cost, d.DryRun = n, l.dryRun
 	d.Err = join(err, ErrCostOverBurst)
 }
 
@@ -186,20 +188,20 @@ func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, k bucketKey
 	}
 }
 
-// record records a seam's answer under policy ps in d: Limit 0 when the
-// quota is unknown.
+// record records a seam's answer under policy ps in d. It is where every
+// decision gets its quota, or is marked QuotaUnknown: the one place that
+// fact is written (Respond marks a Decision it cannot trust through it
+// too).
 func (d *Decision) record(ps *policyState, a answer) {
-	d.set(ps, a.Result)
-	if a.unknown {
-		d.Limit = 0
-	}
-}
-
-// set records a bucket's answer under policy ps in d.
-func (d *Decision) set(ps *policyState, res Result) {
-	d.Outcome, d.Policy, d.Limit = Allowed, ps.Name, ps.Limits[0].Burst
-	d.Remaining, d.RetryAfter, d.ResetAfter = res.Remaining, res.RetryAfter, res.ResetAfter
-	if !res.Allowed {
+	d.Outcome, d.Policy, d.ps = Allowed, ps.Name, ps
+	if !a.Allowed {
 		d.Outcome = Limited
 	}
+	d.RetryAfter = a.RetryAfter
+	if a.unknown {
+		d.QuotaUnknown = true
+		d.Remaining, d.ResetAfter, d.resets, d.tight = 0, 0, [MaxLimits]time.Duration{}, 0
+		return
+	}
+	d.Remaining, d.ResetAfter, d.resets, d.tight = a.Remaining, a.ResetAfter, a.Resets, uint8(a.tight)
 }

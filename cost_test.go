@@ -80,7 +80,7 @@ func TestCostOutOfRange(t *testing.T) {
 				assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
 				assert.Equal(t, "content too large\n", w.Body.String())
 				assert.Zero(t, got.RetryAfter, "Decision.RetryAfter of a cost over the burst")
-				assert.Zero(t, got.Limit, "the bucket was not asked: its quota is unknown")
+				assert.True(t, got.QuotaUnknown, "the bucket was not asked: its quota is unknown")
 			}
 			d := lim.Allow(req("192.0.2.1:1"))
 			assert.Equal(t, 10-tc.charged-1, d.Remaining, "charged %d", tc.charged)
@@ -114,13 +114,12 @@ func TestDeniedHandlerTellsCostOverBurstFromFailClosed(t *testing.T) {
 	require.Len(t, got, 3)
 	assert.False(t, got[0].overBurst, "a FailClosed denial is not a cost over the burst: %+v", got[0].d)
 	assert.True(t, got[0].d.Degraded)
-	assert.Zero(t, got[0].d.Limit, "the quota is unknown")
-	assert.Greater(t, got[0].d.Cost, got[0].d.Limit, "why Cost > Limit is not the recipe")
+	assert.True(t, got[0].d.QuotaUnknown, "the quota is unknown")
 	for _, g := range got[1:] {
 		assert.True(t, g.overBurst, "a cost over the burst: %+v", g.d)
 	}
-	assert.Zero(t, got[1].d.Limit, "the bucket was not asked: the quota is unknown")
-	assert.Zero(t, got[2].d.Limit, "the bucket was not asked: the quota is unknown")
+	assert.True(t, got[1].d.QuotaUnknown, "the bucket was not asked: the quota is unknown")
+	assert.True(t, got[2].d.QuotaUnknown, "the bucket was not asked: the quota is unknown")
 }
 
 func TestCostOverBurstFromAllowKeyAndDeniedHandler(t *testing.T) {
@@ -233,7 +232,7 @@ func TestCostOverBurstMakesNoStoreCall(t *testing.T) {
 				}
 				require.Equal(t, 1+2*requests, len(got), "decisions observed")
 				for i, d := range got[1:] {
-					if d.Limit != 0 || d.Remaining != 0 || d.RetryAfter != 0 || d.Degraded || d.Cost != cost ||
+					if !d.QuotaUnknown || d.Remaining != 0 || d.RetryAfter != 0 || d.Degraded || d.Cost != cost ||
 						!errors.Is(d.Err, addrlimit.ErrCostOverBurst) || errors.Is(d.Err, errRefused) {
 						t.Fatalf("refusal %d: %+v", i, d)
 					}

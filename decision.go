@@ -3,6 +3,7 @@ package addrlimit
 import (
 	"context"
 	"fmt"
+	"iter"
 	"time"
 )
 
@@ -49,20 +50,27 @@ type Decision struct {
 	Key string
 	// Cost is the number of tokens the request cost.
 	Cost int
-	// Limit is the bucket's capacity, its burst (the name follows the
-	// RateLimit and X-RateLimit-Limit fields, which advertise it), or 0 when
-	// the quota is unknown: the Store failed and FailOpen or FailClosed
-	// decided, or the cost was over the burst (ErrCostOverBurst), which the
-	// policy refuses without asking the Store. Remaining is the whole tokens
-	// left after this request.
-	Limit, Remaining int
-	// RetryAfter is, for a Limited request, when to retry (zero for a cost
-	// over the burst, ErrCostOverBurst, which no wait makes possible); for an
-	// allowed one, the time until the bucket holds a whole token again, which
-	// is zero while Remaining > 0.
+	// Remaining is the whole tokens left after this request in the tightest
+	// limit of the policy, the one Limit returns: for a Limited decision,
+	// the limit that denied it (of several, the one with the longest wait),
+	// otherwise the one with the fewest tokens left. A policy of one limit
+	// has only that one. Limits reports every limit.
+	Remaining int
+	// RetryAfter is, for a Limited request, when to retry: when every limit
+	// holds the cost (zero for a cost over the burst, ErrCostOverBurst,
+	// which no wait makes possible; one second when FailClosed decided).
+	// For an allowed one, the time until every limit holds a whole token
+	// again, which is zero while Remaining > 0.
 	RetryAfter time.Duration
-	// ResetAfter is the time until the bucket is full again.
+	// ResetAfter is the time until the tightest limit's bucket is full
+	// again.
 	ResetAfter time.Duration
+	// QuotaUnknown is set when no bucket answered, so Remaining, ResetAfter
+	// and Limit say nothing: the Store failed and FailOpen or FailClosed
+	// decided (Degraded is set too), or the cost was over the smallest burst
+	// (ErrCostOverBurst), which the policy refuses without asking the
+	// Store. Handler then sends no quota fields.
+	QuotaUnknown bool
 	// DryRun is set on a Limited decision that was let through by WithDryRun.
 	DryRun bool
 	// Degraded is set when the Store failed and the failure policy decided.
@@ -79,6 +87,55 @@ type Decision struct {
 	// logs; it is never sent to the client. A non-nil Err never means the
 	// limit was skipped.
 	Err error
+
+	ps     *policyState             // the policy that decided; nil if none did
+	resets [MaxLimits]time.Duration // each limit's time until full (Result.Resets)
+	tight  uint8                    // the index of the tightest limit
+}
+
+// Limit returns the limit that Remaining and ResetAfter describe, with its
+// name and burst (which the X-RateLimit-Limit field advertises): the
+// tightest (see Remaining). It is the zero Limit when the quota is unknown
+// (QuotaUnknown) or the Decision was not made by a Limiter.
+func (d Decision) Limit() Limit {
+	if d.ps == nil || d.QuotaUnknown {
+		return Limit{}
+	}
+	return d.ps.Limits[d.tight]
+}
+
+// LimitState is one limit of a policy as a decision left it.
+type LimitState struct {
+	Limit
+	// Remaining is the whole tokens the limit holds.
+	Remaining int
+	// RetryAfter is, for a Limited decision, the time until the limit holds
+	// the decision's cost: above zero for the limits that denied it. For an
+	// allowed one, the time until the limit holds a whole token.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the limit's bucket is full.
+	ResetAfter time.Duration
+}
+
+// Limits returns each limit of the decision's policy, in the policy's
+// order, as the decision left it: nothing when the quota is unknown
+// (QuotaUnknown) or the Decision was not made by a Limiter.
+func (d Decision) Limits() iter.Seq[LimitState] {
+	return func(yield func(LimitState) bool) {
+		if d.ps == nil || d.QuotaUnknown {
+			return
+		}
+		need := 1
+		if d.Outcome == Limited {
+			need = d.Cost
+		}
+		for i, lim := range d.ps.Limits {
+			remaining, wait := lim.read(d.resets[i], need)
+			if !yield(LimitState{Limit: lim, Remaining: remaining, RetryAfter: wait, ResetAfter: max(d.resets[i], 0)}) {
+				return
+			}
+		}
+	}
 }
 
 // Denied reports whether the request must be refused: Limited and not a dry run.

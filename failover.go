@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/addrlimit/addrlimit/internal/bucket"
 	"github.com/addrlimit/addrlimit/internal/storehook"
 )
 
@@ -40,35 +41,59 @@ func newFailover(remote Store, policy FailurePolicy, local *memStore) *failover 
 func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int) answer {
 	res, err := f.remoteTake(context.WithoutCancel(ctx), ps, k.s, n)
 	if err == nil {
+		res = ps.fill(res)
 		if f.policy == FailLocal {
-			ps.table.Mirror(k.hash, f.local.now(), res.ResetAfter)
+			ps.table.Mirror(k.hash, f.local.now(), bucket.Fulls(res.Resets))
 		}
-		ps.count(res.Allowed)
-		return answer{Result: res}
+		need := 1
+		if !res.Allowed {
+			need = n
+		}
+		a := answer{Result: res, tight: ps.tightest(res, need)}
+		ps.count(a)
+		return a
 	}
+	var a answer
 	switch f.policy {
 	case FailOpen:
-		ps.count(true)
-		return answer{Result: Result{Allowed: true}, err: err, unknown: true}
+		a = answer{Result: Result{Allowed: true}, err: err, unknown: true}
+		ps.count(a)
+		return a
 	case FailClosed:
-		ps.count(false)
-		return answer{Result: Result{RetryAfter: time.Second}, err: err, unknown: true}
+		a = answer{Result: Result{RetryAfter: time.Second}, err: err, unknown: true}
+		ps.count(a)
+		return a
 	}
-	res = result(ps.table.Take(k.hash, f.local.now(), int64(n))) // counted by the table
-	if res.Allowed && f.debts != nil {
-		ps.debts.add(k.s, n, f.local.now(), ps.tau(), ps.Limits[0].Burst)
+	allowed, _, fulls := ps.table.Take(k.hash, f.local.now(), int64(n)) // counted by the table
+	a = ps.taken(allowed, n, fulls)
+	a.err = err
+	if allowed && f.debts != nil {
+		ps.debts.add(k.s, n, f.local.now(), ps.tau(), ps.maxCost)
 	}
-	return answer{Result: res, err: err}
+	return a
 }
 
-// count counts a decision that no local table took: remote's, or that of
+// fill fills in res.Resets for a policy of one limit, which a Store may
+// leave zero (see Result).
+func (ps *policyState) fill(res Result) Result {
+	if len(ps.Limits) == 1 {
+		res.Resets[0] = res.ResetAfter
+	}
+	return res
+}
+
+// count counts a decision a that no local table took: remote's, or that of
 // FailOpen or FailClosed. (A table counts its own; refuseCost counts its
-// refusals.)
-func (ps *policyState) count(allowed bool) {
-	if allowed {
+// refusals.) A denial by a limit is counted for that limit too.
+func (ps *policyState) count(a answer) {
+	switch {
+	case a.Allowed:
 		ps.allowed.Add(1)
-	} else {
+	case a.unknown:
 		ps.limited.Add(1)
+	default:
+		ps.limited.Add(1)
+		ps.limitedBy[a.tight].Add(1)
 	}
 }
 
@@ -92,7 +117,8 @@ func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, 
 // error rather than a local guess.
 func (f *failover) peek(ctx context.Context, ps *policyState, k bucketKey) answer {
 	res, err := f.remote.Peek(ctx, k.s, ps.Policy)
-	return answer{Result: res, err: err}
+	res = ps.fill(res)
+	return answer{Result: res, tight: ps.tightest(res, 1), err: err}
 }
 
 // refund gives n tokens back to the bucket that paid them: remote's, or the
@@ -102,7 +128,7 @@ func (f *failover) refund(ctx context.Context, ps *policyState, k bucketKey, n i
 	switch {
 	case degraded && f.policy == FailLocal:
 		ps.debts.cancel(k.s, n)
-		return result(ps.table.Refund(k.hash, f.local.now(), int64(n))), true, nil
+		return ps.peeked(ps.table.Refund(k.hash, f.local.now(), int64(n))).Result, true, nil
 	case degraded:
 		return Result{}, false, nil
 	}
@@ -110,13 +136,14 @@ func (f *failover) refund(ctx context.Context, ps *policyState, k bucketKey, n i
 	if err != nil {
 		return Result{}, false, err
 	}
+	res = ps.fill(res)
 	if f.policy == FailLocal {
 		// The local copy keeps the later of its state and an answer
 		// (answers may arrive out of order), so give it the refund
 		// first, as remote did.
 		now := f.local.now()
 		ps.table.Refund(k.hash, now, int64(n))
-		ps.table.Mirror(k.hash, now, res.ResetAfter)
+		ps.table.Mirror(k.hash, now, bucket.Fulls(res.Resets))
 	}
 	return res, true, nil
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -129,4 +130,17 @@ func (s *failingStore) Reset(ctx context.Context, key string, p addrlimit.Policy
 		return err
 	}
 	return s.inner.Reset(ctx, key, p)
+}
+
+// public returns d's exported fields only: decisions of two Limiters differ
+// in the policy they point to.
+func public(d addrlimit.Decision) addrlimit.Decision {
+	var out addrlimit.Decision
+	src, dst := reflect.ValueOf(d), reflect.ValueOf(&out).Elem()
+	for i := range src.NumField() {
+		if src.Type().Field(i).IsExported() {
+			dst.Field(i).Set(src.Field(i))
+		}
+	}
+	return out
 }

@@ -85,15 +85,20 @@ type Limiter struct {
 type policyState struct {
 	Policy                // with every limit named
 	maxCost int           // the smallest Burst: the largest cost every limit can pay
+	longest time.Duration // the longest full refill (Burst × Interval) of its limits
 	table   *bucket.Table // the buckets, or the local fallback of a remote store
 	debts   debtRecord    // what the local fallback charged, owed to a DebtStore
 	headers *headers.Writer
 	allowed atomic.Uint64 // decisions of a remote store or of FailOpen/FailClosed
 	limited atomic.Uint64
+	// limitedBy counts the remote store's denials by the limit that denied
+	// (the tightest: see Result).
+	limitedBy [MaxLimits]atomic.Uint64
 }
 
-// tau is the policy's full refill time in ns: Burst × Interval.
-func (ps *policyState) tau() int64 { return int64(ps.Limits[0].tau()) }
+// tau is the policy's longest full refill time in ns: after it, every
+// bucket of a key that was not charged is full.
+func (ps *policyState) tau() int64 { return int64(ps.longest) }
 
 // DefaultMaxKeys is the default capacity of each policy's exact bucket table
 // (WithMaxKeys). Refilled buckets are dropped, so the table holds only the
@@ -155,11 +160,8 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 				return nil, fmt.Errorf("addrlimit: policy %q: the store refuses it: %w", p.Name, err)
 			}
 		}
-		if len(p.Limits) > 1 {
-			return nil, fmt.Errorf("addrlimit: policy %q: several limits are not supported yet", p.Name)
-		}
 		ps := mem.lane(p)
-		ps.headers = headers.New(uint8(c.headers), p.Name, p.Limits[0].Burst, p.Limits[0].Interval)
+		ps.headers = headers.NewMulti(uint8(c.headers), p.Name, p.headerLimits())
 		l.policies = append(l.policies, ps)
 		l.byName[p.Name] = ps
 	}
@@ -316,7 +318,7 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 		return Decision{}, a.err
 	}
 	var d Decision
-	d.set(ps, a.Result)
+	d.record(ps, a)
 	d.Key = key
 	return d, nil
 }

@@ -219,7 +219,7 @@ func TestDeniedHandler(t *testing.T) {
 	assert.Equal(t, "no-store", inHandler.Get("Cache-Control"), "fields in the denied handler: %v", inHandler)
 	assert.Equal(t, addrlimit.Limited, dec.Outcome, "decision in context: %+v", dec)
 	assert.Equal(t, "192.0.2.1", dec.Key, "decision in context: %+v", dec)
-	assert.Equal(t, 1, dec.Limit, "decision in context: %+v", dec)
+	assert.Equal(t, 1, dec.Limit().Burst, "decision in context: %+v", dec)
 	_, ok := addrlimit.DecisionFromContext(context.Background())
 	assert.False(t, ok, "DecisionFromContext found a decision in an empty context")
 }

@@ -63,8 +63,9 @@ func (kr keyer) ofBytes(b []byte, str bool) bucketKey {
 // answer is a seam's answer to take and peek.
 type answer struct {
 	Result
+	tight   int   // the index of the tightest limit (see Result)
 	err     error // the store failed and the failure policy decided
-	unknown bool  // the quota is unknown (FailOpen, FailClosed): Decision.Limit 0
+	unknown bool  // the quota is unknown (FailOpen, FailClosed): Decision.QuotaUnknown
 }
 
 // memStore is the in-memory store: one bucket.Table per policy. The zero
@@ -102,11 +103,18 @@ func (m *memStore) lane(p Policy) *policyState {
 	id := p.id()
 	ps := m.lanes[id]
 	if ps == nil {
-		bp, err := bucket.NewPolicy(p.Limits[0].Burst, p.Limits[0].Interval)
-		if err != nil {
-			panic("addrlimit: " + err.Error()) // the caller broke the Store contract
+		var bps []bucket.Policy
+		for _, lim := range p.Limits {
+			bp, err := bucket.NewPolicy(lim.Burst, lim.Interval)
+			if err != nil {
+				panic("addrlimit: " + err.Error()) // the caller broke the Store contract
+			}
+			bps = append(bps, bp)
 		}
-		ps = &policyState{Policy: p.named(), maxCost: p.maxCost(), table: bucket.NewTable(bp, m.maxKeys)}
+		ps = &policyState{Policy: p.named(), maxCost: p.maxCost(), table: bucket.NewTable(bps[0], m.maxKeys, bps[1:]...)}
+		for _, lim := range p.Limits {
+			ps.longest = max(ps.longest, lim.tau())
+		}
 		m.lanes[id] = ps
 	}
 	return ps
@@ -114,21 +122,36 @@ func (m *memStore) lane(p Policy) *policyState {
 
 func (m *memStore) keys() keyer { return keyer{seed: m.seed} }
 
-// result is what a bucket.Table call reports, as a Result.
-func result(allowed bool, remaining int, retryAfter, resetAfter time.Duration) Result {
-	return Result{Allowed: allowed, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter}
+// taken is the answer of ps's table to a Take of n tokens: allowed, and the
+// buckets' states f after it.
+func (ps *policyState) taken(allowed bool, n int, f bucket.Fulls) answer {
+	need := 1
+	if !allowed {
+		need = n
+	}
+	res, tight := ps.result(allowed, need, [MaxLimits]time.Duration(f)) // bucket.MaxLimits == MaxLimits
+	return answer{Result: res, tight: tight}
+}
+
+// peeked is the answer of ps's table to a Peek or a Refund: buckets in the
+// states f, allowed if each holds a whole token.
+func (ps *policyState) peeked(f bucket.Fulls) answer {
+	a := ps.taken(true, 1, f)
+	a.Allowed = a.Remaining > 0
+	return a
 }
 
 func (m *memStore) take(_ context.Context, ps *policyState, k bucketKey, n int) answer {
-	return answer{Result: result(ps.table.Take(k.hash, m.now(), int64(n)))}
+	allowed, _, f := ps.table.Take(k.hash, m.now(), int64(n))
+	return ps.taken(allowed, n, f)
 }
 
 func (m *memStore) peek(_ context.Context, ps *policyState, k bucketKey) answer {
-	return answer{Result: result(ps.table.Peek(k.hash, m.now()))}
+	return ps.peeked(ps.table.Peek(k.hash, m.now()))
 }
 
 func (m *memStore) refund(_ context.Context, ps *policyState, k bucketKey, n int, _ bool) (Result, bool, error) {
-	return result(ps.table.Refund(k.hash, m.now(), int64(n))), true, nil
+	return ps.peeked(ps.table.Refund(k.hash, m.now(), int64(n))).Result, true, nil
 }
 
 func (m *memStore) reset(_ context.Context, ps *policyState, k bucketKey) error {

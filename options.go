@@ -148,12 +148,13 @@ func WithPolicySelector(f PolicySelector) Option {
 // GraphQL query may cost more than a single read. f is called concurrently,
 // once per counted request, before the handler runs.
 //
-// A cost above the policy's burst can never be paid: the request is refused
-// with ErrCostOverBurst by the policy alone (no Store call, so a flood of
-// them costs a remote store nothing) and charged nothing. Handler answers it
+// A cost above the policy's burst (its smallest, with several limits) can
+// never be paid: the request is refused with ErrCostOverBurst by the policy
+// alone (no Store call, so a flood of them costs a remote store nothing)
+// and charged nothing. Handler answers it
 // 413 Content Too Large, without Retry-After (no wait makes it possible; a
 // 413 tells the client to send less) and without quota fields: the bucket
-// was not asked, so its quota is unknown (Decision.Limit 0).
+// was not asked, so its quota is unknown (Decision.QuotaUnknown).
 // A WithDeniedHandler handler recognises the case by
 // errors.Is(d.Err, addrlimit.ErrCostOverBurst). A cost below 1 is charged
 // as 1 and reported as ErrInvalidCost; it is never a refund.

@@ -17,32 +17,55 @@ func (l *Limiter) write(w http.ResponseWriter, r *http.Request, ps *policyState,
 		l.refuse(w, r, ps, d)
 		return true
 	}
-	ps.headers.Write(w.Header(), ps.state(d, false))
+	var each [MaxLimits]headers.Member
+	ps.headers.Write(w.Header(), ps.state(d, false, &each))
 	return false
 }
 
 // state is what the header fields report about d: the quota fields describe
-// the bucket (RateLimit's t is its wait for one token, whatever the request
-// costs) unless the quota is unknown (Limit 0: the store failed under
-// FailOpen or FailClosed); Retry-After describes the request (its wait for
-// its cost, 1 s under FailClosed, and none when never is set: a cost over
-// the burst). It stays small enough to inline: the allowed path calls it.
-func (ps *policyState) state(d *Decision, never bool) headers.State {
-	var next time.Duration
-	if d.Remaining <= 0 {
-		// GCRA: the bucket holds a whole token once it is burst-1 tokens
-		// from full.
-		next = max(d.ResetAfter-time.Duration(ps.Limits[0].Burst-1)*ps.Limits[0].Interval, 0)
-	}
-	return headers.State{
-		Unknown:    d.Limit == 0,
+// the buckets (RateLimit's t is a wait for one token, whatever the request
+// costs) unless the quota is unknown (the store failed under FailOpen or
+// FailClosed, or the cost is over the burst); Retry-After describes the
+// request (its wait for its cost, 1 s under FailClosed, and none when never
+// is set: a cost over the burst). With several limits, each limit's state
+// goes into each, which the caller provides so that it stays on its stack.
+// It stays small enough to inline: the allowed path calls it.
+func (ps *policyState) state(d *Decision, never bool, each *[MaxLimits]headers.Member) headers.State {
+	s := headers.State{
+		Unknown:    d.QuotaUnknown,
 		Remaining:  d.Remaining,
-		NextToken:  next,
+		NextToken:  ps.Limits[d.tight].nextToken(d.Remaining, d.ResetAfter),
 		RetryAfter: d.RetryAfter,
 		ResetAfter: d.ResetAfter,
 		Denied:     d.Denied(),
 		Never:      never,
+		Tight:      int(d.tight),
 	}
+	if len(ps.Limits) > 1 {
+		s.Each = ps.members(d, each)
+	}
+	return s
+}
+
+// nextToken is the wait for one whole token of a bucket of lim with
+// remaining tokens that is full after full: zero while it holds one.
+func (lim Limit) nextToken(remaining int, full time.Duration) time.Duration {
+	if remaining > 0 {
+		return 0
+	}
+	// GCRA: the bucket holds a whole token once it is burst-1 tokens from
+	// full.
+	return max(full-time.Duration(lim.Burst-1)*lim.Interval, 0)
+}
+
+// members fills each with the state of every limit of d, for the RateLimit
+// field, and returns it as a slice.
+func (ps *policyState) members(d *Decision, each *[MaxLimits]headers.Member) []headers.Member {
+	for i, lim := range ps.Limits {
+		remaining, _ := lim.read(d.resets[i], 1)
+		each[i] = headers.Member{Remaining: remaining, NextToken: lim.nextToken(remaining, d.resets[i])}
+	}
+	return each[:len(ps.Limits)]
 }
 
 // overBurst reports whether d refused a cost above the burst, which no wait
@@ -69,12 +92,16 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 		return false
 	}
 	ps := l.byName[d.Policy]
-	if ps == nil || d.Outcome != Allowed && d.Outcome != Limited {
-		// Quota unknown: no fields from another policy, and if denied (or
-		// not a decision at all), FailClosed's refusal.
-		ps, d.Limit, d.RetryAfter = l.policies[0], 0, time.Second
-		if d.Outcome != Allowed {
-			d.Outcome, d.DryRun = Limited, false
+	if ps == nil || d.ps != ps || d.Outcome != Allowed && d.Outcome != Limited {
+		// Not a decision of this policy: quota unknown, so no fields from
+		// another policy, and if denied (or not a decision at all),
+		// FailClosed's refusal.
+		policy, outcome := d.Policy, d.Outcome
+		ps = l.policies[0]
+		d.record(ps, answer{Result: Result{Allowed: outcome == Allowed, RetryAfter: time.Second}, unknown: true})
+		d.Policy = policy
+		if outcome != Allowed {
+			d.DryRun = false
 		}
 	}
 	return l.write(w, r, ps, &d)
@@ -83,15 +110,16 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 // QuotaFields calls set with the lower-case name and the value of each
 // quota field Handler sends for d (per WithHeaders), rendered by the same
 // code, for other transports (gRPC metadata). Retry-After is not one of
-// them. Nothing is set for an Exempt decision, an unknown quota, a policy
-// this Limiter does not have, or under HeaderNone.
+// them. Nothing is set for an Exempt decision, an unknown quota, a
+// Decision this Limiter did not make, or under HeaderNone.
 func (l *Limiter) QuotaFields(d Decision, set func(name, value string)) {
 	l.mustBeBuilt()
 	ps := l.byName[d.Policy]
-	if ps == nil || d.Outcome != Allowed && d.Outcome != Limited {
+	if ps == nil || d.ps != ps || d.Outcome != Allowed && d.Outcome != Limited {
 		return
 	}
-	st := ps.state(&d, false)
+	var each [MaxLimits]headers.Member
+	st := ps.state(&d, false, &each)
 	st.Denied = false
 	ps.headers.Fields(st, set)
 }
@@ -106,8 +134,9 @@ func (l *Limiter) QuotaFields(d Decision, set func(name, value string)) {
 // policy's header arena, its body is shared.
 func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState, d *Decision) {
 	over := d.overBurst()
+	var each [MaxLimits]headers.Member
 	if l.denied != nil {
-		ps.headers.Write(w.Header(), ps.state(d, over))
+		ps.headers.Write(w.Header(), ps.state(d, over, &each))
 		l.denied.ServeHTTP(w, r.WithContext(ContextWithDecision(r.Context(), *d)))
 		return
 	}
@@ -120,10 +149,10 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState
 		// which would promise a success that never comes. The bucket was
 		// not asked (refuseCost), so no quota fields either.
 		status = http.StatusRequestEntityTooLarge
-	case d.Limit == 0:
+	case d.QuotaUnknown:
 		status = http.StatusServiceUnavailable
 	}
-	body := ps.headers.WriteDenied(w.Header(), ps.state(d, over), status)
+	body := ps.headers.WriteDenied(w.Header(), ps.state(d, over, &each), status)
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }

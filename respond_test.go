@@ -99,7 +99,7 @@ func TestRespondRefusesWhatIsNotADecision(t *testing.T) {
 	require.False(t, ok)
 	for name, d := range map[string]addrlimit.Decision{
 		"zero":            missing,
-		"unknown outcome": {Outcome: 99, Policy: "default", Limit: 1, Remaining: 1},
+		"unknown outcome": {Outcome: 99, Policy: "default", Remaining: 1},
 	} {
 		w := httptest.NewRecorder()
 		assert.True(t, lim.Respond(w, req("192.0.2.1:1"), d), name)

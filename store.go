@@ -145,6 +145,15 @@ func (p Policy) named() Policy {
 	return q
 }
 
+// headerLimits is p's limits as the header fields name them.
+func (p Policy) headerLimits() []headers.Limit {
+	out := make([]headers.Limit, len(p.Limits))
+	for i, lim := range p.Limits {
+		out[i] = headers.Limit{Name: lim.Name, Burst: lim.Burst, Interval: lim.Interval}
+	}
+	return out
+}
+
 // maxCost is the smallest Burst of p's limits: the largest cost that all
 // of them can pay.
 func (p Policy) maxCost() int {
@@ -172,9 +181,12 @@ func (p Policy) id() string {
 const DefaultPolicyName = "default"
 
 // Result is a Store's answer about one key's buckets under a policy. Every
-// field follows from Allowed and Limits (see Policy.Result, which a Store
-// may use to fill it in): the other fields report the tightest limit, the
-// one with the fewest whole tokens left (of equals, the one full last).
+// field follows from Allowed and Resets (see Policy.Result, which a Store
+// may use to fill it in): Remaining, RetryAfter and ResetAfter report the
+// tightest limit, the one with the longest wait for the tokens the call
+// needed (n for a denied Take of n, else 1), or if no limit must wait, the
+// one with the fewest whole tokens left (of equals, the one full last; then
+// the first).
 type Result struct {
 	// Allowed reports, for Take, whether the tokens were charged (to every
 	// limit); for Peek and Refund, whether every limit holds at least one
@@ -193,25 +205,43 @@ type Result struct {
 	// Resets holds, for each limit of the policy in order, the time until
 	// its bucket is full again (entries past the policy's limits are zero).
 	// It is each bucket's whole state: a Limiter uses it to continue locally
-	// from what a remote store last said (see FailLocal).
+	// from what a remote store last said (see FailLocal). For a policy of
+	// one limit a Store may leave it zero: ResetAfter is then that state.
 	Resets [MaxLimits]time.Duration
 }
 
-// Result returns the Result of buckets whose times until full are limits
-// (in the order of p.Limits) after a call that needed need tokens to be
-// allowed (a denied Take of n: n; otherwise 1), with Allowed as given. It
-// is the one rule by which the other fields follow from Limits: the
-// in-memory store uses it, and other Stores may.
+// Result returns the Result of buckets whose times until full are resets
+// (in the order of p.Limits) after a call that needed need tokens (a denied
+// Take of n: n; otherwise 1), with Allowed as given. It is the one rule by
+// which the other fields follow from Resets: the in-memory store uses it,
+// and other Stores may.
 func (p Policy) Result(allowed bool, need int, resets [MaxLimits]time.Duration) Result {
-	res := Result{Allowed: allowed, Resets: resets}
+	res, _ := p.result(allowed, need, resets)
+	return res
+}
+
+// result is Result, and the index of the tightest limit.
+func (p Policy) result(allowed bool, need int, resets [MaxLimits]time.Duration) (res Result, tight int) {
+	res = Result{Allowed: allowed, Resets: resets}
 	for i, lim := range p.Limits {
 		remaining, wait := lim.read(resets[i], need)
-		if i == 0 || remaining < res.Remaining || remaining == res.Remaining && resets[i] > res.ResetAfter {
-			res.Remaining, res.ResetAfter = remaining, max(resets[i], 0)
+		full := max(resets[i], 0)
+		if i == 0 || wait > res.RetryAfter ||
+			wait == res.RetryAfter && wait == 0 && (remaining < res.Remaining || remaining == res.Remaining && full > res.ResetAfter) {
+			res.Remaining, res.RetryAfter, res.ResetAfter, tight = remaining, wait, full, i
 		}
-		res.RetryAfter = max(res.RetryAfter, wait)
 	}
-	return res
+	return res, tight
+}
+
+// tightest is the index of the tightest limit of res, a Result of a call
+// that needed need tokens, by the rule of Result.
+func (p Policy) tightest(res Result, need int) int {
+	if len(p.Limits) == 1 {
+		return 0
+	}
+	_, tight := p.result(res.Allowed, need, res.Resets)
+	return tight
 }
 
 // Store keeps token buckets, one per (policy, limit, key). The in-memory store that a

@@ -459,7 +459,7 @@ func (i *Interceptor) decide(ctx context.Context, method, policy string, cost in
 // refusal returns the status and trailer of the denied decision d.
 func (i *Interceptor) refusal(d *addrlimit.Decision) (metadata.MD, error) {
 	code, msg, delay := codes.ResourceExhausted, "rate limit exceeded", d.RetryAfter
-	if d.Limit == 0 { // the store failed under FailClosed: quota unknown
+	if d.QuotaUnknown { // the store failed under FailClosed
 		code, msg, delay = codes.Unavailable, "rate limiter unavailable", time.Second
 	}
 	delay = max(delay, time.Millisecond)

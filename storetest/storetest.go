@@ -342,6 +342,49 @@ var cases = []struct {
 		s.want("debt on a new key", take("new", 5, 5), false, 0)
 		s.near("ResetAfter of a new key charged its burst", s.peek("new", perSecond).ResetAfter, 5*time.Second)
 	}},
+	{"several limits: all or nothing", func(s *suite) {
+		p := s.several()
+		s.want("take 2", s.take("k", p, 2), true, 1) // short: 1 left, long: 3
+		res := s.take("k", p, 2)
+		s.want("take 2 of short's 1", res, false, 1)
+		s.near("RetryAfter: short's wait for 2", res.RetryAfter, 100*time.Millisecond)
+		s.near("long untouched by the denial", res.Resets[1], 2*time.Hour)
+		s.near("short's state", res.Resets[0], 200*time.Millisecond)
+		s.want("take 1", s.take("k", p, 1), true, 0) // short: 0, long: 2
+		time.Sleep(300 * time.Millisecond)           // short is full again
+		s.want("take 2 of long's 2", s.take("k", p, 2), true, 0)
+		res = s.take("k", p, 1)
+		s.want("long is empty", res, false, 0)
+		s.near("RetryAfter: long's wait", res.RetryAfter, time.Hour-300*time.Millisecond)
+		s.near("ResetAfter: long's", res.ResetAfter, 5*time.Hour-300*time.Millisecond)
+		s.near("short untouched by the denial", res.Resets[0], 200*time.Millisecond)
+	}},
+	{"several limits: refund, peek and reset cover every limit", func(s *suite) {
+		p := s.several()
+		s.take("k", p, 3)
+		res := s.refund("k", p, 2)
+		s.want("refund 2", res, true, 2)
+		s.near("short after the refund", res.Resets[0], 100*time.Millisecond)
+		s.near("long after the refund", res.Resets[1], time.Hour)
+		res = s.peek("k", p)
+		s.want("peek", res, true, 2)
+		s.near("long at peek", res.Resets[1], time.Hour)
+		s.reset("k", p)
+		res = s.peek("k", p)
+		s.want("after reset", res, true, 3)
+		if res.Resets != [addrlimit.MaxLimits]time.Duration{} {
+			s.Fatalf("Resets after reset %v, want every limit full", res.Resets)
+		}
+		s.want("each limit full", s.take("k", p, 3), true, 0)
+	}},
+	{"several limits: limits are part of a policy's identity", func(s *suite) {
+		p := s.several()
+		s.take("k", p, 3)
+		q := addrlimit.Policy{Name: p.Name, Limits: p.Limits[:1]}
+		s.want("the first limit alone is another policy", s.take("k", q, 3), true, 0)
+		r := addrlimit.Policy{Name: p.Name, Limits: []addrlimit.Limit{p.Limits[1], p.Limits[0]}}
+		s.want("the limits in another order are another policy", s.take("k", r, 3), true, 0)
+	}},
 	{"through a Limiter", func(s *suite) {
 		lim, err := addrlimit.New(3, time.Minute, addrlimit.WithStore(s.s))
 		if err != nil {
@@ -359,6 +402,23 @@ var cases = []struct {
 			s.Fatalf("decisions %v, want %s", got, want)
 		}
 	}},
+}
+
+// several returns a policy of two limits, short (3 per 300 ms) and long (5
+// per 5 h), with the limits named as a Limiter names them, or skips the
+// case if the store refuses several limits (PolicyChecker).
+func (s *suite) several() addrlimit.Policy {
+	s.Helper()
+	p := addrlimit.Policy{Name: "several", Limits: []addrlimit.Limit{
+		{Name: "short", Burst: 3, Interval: 100 * time.Millisecond},
+		{Name: "long", Burst: 5, Interval: time.Hour},
+	}}
+	if pc, ok := s.s.(addrlimit.PolicyChecker); ok {
+		if err := pc.CheckPolicy(p); err != nil {
+			s.Skipf("the store refuses several limits: %v", err)
+		}
+	}
+	return p
 }
 
 // request is a request from one fixed address.

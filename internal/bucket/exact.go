@@ -14,10 +14,15 @@ import (
 // and never shrinks. A slot with h == 0 is empty. Keys have bit 0 clear and
 // are never 0: bit 0 of a slot's h is its pin mark (see pin), so a key is
 // h &^ pinBit.
+//
+// A table of several limits keeps the states of the limits after the first
+// in more.tats, more.stride of them per slot (slot i's at
+// tats[i*stride:]), moved with their slot: 8 bytes per limit per slot more.
 type exact struct {
 	slots []slot
-	n     int // occupied slots
-	pins  int // occupied slots with the pin mark
+	more  *multiShard // nil in a table of one limit
+	n     int         // occupied slots
+	pins  int         // occupied slots with the pin mark
 }
 
 type slot struct {
@@ -72,8 +77,9 @@ func (e *exact) get(h uint64) (int64, bool) {
 	return 0, false
 }
 
-// set stores tat for h, which must be present or fit (n < maxKeys).
-func (e *exact) set(h uint64, tat int64, maxKeys int) {
+// set stores the states tats (one per limit) for h, which must be present
+// or fit (n < maxKeys).
+func (e *exact) set(h uint64, tats *[MaxLimits]int64, maxKeys int) {
 	i, ok := e.find(h)
 	if !ok {
 		if limit := maxSlots(maxKeys); len(e.slots) < limit && (e.n+1)*4 > len(e.slots)*3 {
@@ -83,16 +89,45 @@ func (e *exact) set(h uint64, tat int64, maxKeys int) {
 		e.slots[i].h = h
 		e.n++
 	}
-	e.slots[i].tat = tat
+	e.slots[i].tat = tats[0]
+	copy(e.tats(i), tats[1:])
+}
+
+// tats returns the states of the limits after the first of slot i.
+func (e *exact) tats(i int) []int64 {
+	if e.more == nil {
+		return nil
+	}
+	m := e.more
+	return m.tats[i*m.stride : (i+1)*m.stride]
+}
+
+// states copies the states of slot i into tats.
+func (e *exact) states(i int, tats *[MaxLimits]int64) {
+	tats[0] = e.slots[i].tat
+	copy(tats[1:], e.tats(i))
+}
+
+// move moves slot j into slot i.
+func (e *exact) move(i, j int) {
+	e.slots[i] = e.slots[j]
+	copy(e.tats(i), e.tats(j))
 }
 
 func (e *exact) grow(size int) {
 	old := e.slots
+	var oldTats []int64
 	e.slots = make([]slot, size)
-	for _, s := range old {
+	if m := e.more; m != nil {
+		oldTats, m.tats = m.tats, make([]int64, size*m.stride)
+	}
+	for j, s := range old {
 		if s.h != 0 {
 			i, _ := e.find(s.key())
 			e.slots[i] = s
+			if m := e.more; m != nil {
+				copy(e.tats(i), oldTats[j*m.stride:(j+1)*m.stride])
+			}
 		}
 	}
 }
@@ -119,7 +154,7 @@ func (e *exact) remove(h uint64) {
 		// cyclically in (i, j].
 		k := e.home(e.slots[j].key())
 		if i <= j && (k <= i || k > j) || i > j && k <= i && k > j {
-			e.slots[i] = e.slots[j]
+			e.move(i, j)
 			i = j
 		}
 	}
@@ -140,16 +175,16 @@ func (e *exact) pin(h uint64, on bool) {
 	}
 }
 
-// sample calls f for up to n occupied slots, consecutive from a random
-// position, until f returns false.
-func (e *exact) sample(n int, f func(s slot) bool) {
+// sample calls f for up to n occupied slots (with their indexes),
+// consecutive from a random position, until f returns false.
+func (e *exact) sample(n int, f func(i int, s slot) bool) {
 	if e.n == 0 {
 		return
 	}
 	i := rand.IntN(len(e.slots))
 	for range len(e.slots) {
 		if s := e.slots[i]; s.h != 0 {
-			if !f(s) {
+			if !f(i, s) {
 				return
 			}
 			if n--; n == 0 {

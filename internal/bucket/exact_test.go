@@ -24,7 +24,7 @@ func TestExactMatchesMap(t *testing.T) {
 					delete(model, h)
 				} else {
 					tat := rng.Int64()
-					e.set(h, tat, maxKeys)
+					e.set(h, &[MaxLimits]int64{tat}, maxKeys)
 					model[h] = tat
 				}
 			}
@@ -45,16 +45,16 @@ func TestExactSampleSeesEveryKey(t *testing.T) {
 	var e exact
 	ks := exactKeys(rng, 100)
 	for _, h := range ks {
-		e.set(h, 1, 100)
+		e.set(h, &[MaxLimits]int64{1}, 100)
 	}
 	seen := map[uint64]int{}
-	e.sample(1000, func(s slot) bool { seen[s.key()]++; return true })
+	e.sample(1000, func(_ int, s slot) bool { seen[s.key()]++; return true })
 	assert.Len(t, seen, 100)
 	for h, n := range seen {
 		assert.Equal(t, 1, n, "key %x sampled twice", h)
 	}
 	n := 0
-	e.sample(10, func(slot) bool { n++; return n < 3 })
+	e.sample(10, func(int, slot) bool { n++; return n < 3 })
 	assert.Equal(t, 3, n, "sample did not stop when told")
 }
 
@@ -88,7 +88,7 @@ func TestExactPins(t *testing.T) {
 	var e exact
 	ks := exactKeys(rng, 300)
 	for i, h := range ks {
-		e.set(h, int64(i), 300)
+		e.set(h, &[MaxLimits]int64{int64(i)}, 300)
 		e.pin(h, i%3 == 0)
 	}
 	require.Equal(t, 100, e.pins)

@@ -12,19 +12,24 @@ type result struct {
 	ResetAfter time.Duration
 }
 
+// The table's first limit as result reports it, from what the table
+// reports (the time until full) at now, as the root package derives it.
 func (t *Table) take(h uint64, now, n int64) result {
-	a, r, w, f := t.Take(h, now, n)
-	return result{a, r, w, f}
+	a, _, f := t.Take(h, now, n)
+	need := n
+	if a {
+		need = 1
+	}
+	r, w, full := t.policy.Read(now+int64(f[0]), now, need)
+	return result{a, r, w, full}
 }
 
 func (t *Table) refund(h uint64, now, n int64) result {
-	a, r, w, f := t.Refund(h, now, n)
-	return result{a, r, w, f}
+	return t.policy.peek(now+int64(t.Refund(h, now, n)[0]), now)
 }
 
 func (t *Table) peek(h uint64, now int64) result {
-	a, r, w, f := t.Peek(h, now)
-	return result{a, r, w, f}
+	return t.policy.peek(now+int64(t.Peek(h, now)[0]), now)
 }
 
 // take is Policy.Take with the result Table.Take reports for it.

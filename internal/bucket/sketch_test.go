@@ -205,7 +205,7 @@ func (m *tableModel) do(kind int, h uint64, now, n int64, after time.Duration) {
 		delete(m.truth, h)
 	case opMirror:
 		exact := m.tab.holdsExactly(h)
-		m.tab.Mirror(h, now, after)
+		m.tab.Mirror(h, now, Fulls{after})
 		reported := now + min(max(int64(after), 0), m.p.tau)
 		// The store's word replaces an estimate; an exact state is replaced
 		// only by a later one (answers may arrive out of order).

@@ -52,17 +52,33 @@ const (
 //
 // A Table is safe for concurrent use. The zero value is not usable; use
 // NewTable.
+//
+// A table of several limits (NewTable's more) keeps, per key, one bucket per
+// limit, and decides for all of them at once: under the key's one shard lock
+// and at one instant, a Take charges every limit or none. Its guarantees
+// hold for each limit: a key evicted has the state of each limit merged into
+// that limit's approximate memory.
 type Table struct {
-	policy Policy
-	clock  sketchClock
+	policy Policy      // the first limit
+	clock  sketchClock // the first limit's
+	more   []limit     // the further limits, if any
 	shards []shard
 	mask   uint64
+}
+
+// MaxLimits bounds the limits of a Table.
+const MaxLimits = 4
+
+// limit is one of a table's further limits.
+type limit struct {
+	policy Policy
+	clock  sketchClock
 }
 
 type shard struct {
 	mu  sync.Mutex
 	ex  exact   // exact buckets
-	sk  *sketch // approximate memory; nil until the shard fills
+	sk  *sketch // the first limit's approximate memory; nil until the shard fills
 	max int32
 	// admitted counts new keys admitted below the cap, to sweep every
 	// sweepEvery of them.
@@ -72,23 +88,65 @@ type shard struct {
 	evictions, allowed, limited uint64
 }
 
-// NewTable returns a table for policy that keeps at most maxKeys exact
-// buckets. maxKeys must be at least 1. It allocates its shard array only;
-// buckets and sketches are allocated as keys arrive.
-func NewTable(policy Policy, maxKeys int) *Table {
+// multiShard is the state of a shard of a table of several limits beyond
+// what a single limit needs, kept by its exact table (ex.more), so that a
+// shard of one limit pays a pointer for it.
+type multiShard struct {
+	stride  int                    // the further limits
+	tats    []int64                // their states, stride per slot of the exact table
+	sk      [MaxLimits - 1]*sketch // their approximate memories
+	limited [MaxLimits]uint64      // denials by the limit that denied (see Take)
+}
+
+// NewTable returns a table that keeps at most maxKeys exact buckets for
+// policy and, if more are given, for the further limits more, all decided
+// together (at most MaxLimits in all). maxKeys must be at least 1. It
+// allocates its shard array only; buckets and sketches are allocated as
+// keys arrive.
+func NewTable(policy Policy, maxKeys int, more ...Policy) *Table {
+	if len(more) >= MaxLimits {
+		panic("bucket: more than MaxLimits limits")
+	}
 	n := 1
 	for n < 256 && maxKeys/(n*2) >= 64 {
 		n *= 2
 	}
 	t := &Table{policy: policy, clock: newSketchClock(policy.tau), shards: make([]shard, n), mask: uint64(n - 1)}
+	for _, p := range more {
+		t.more = append(t.more, limit{policy: p, clock: newSketchClock(p.tau)})
+	}
 	for i := range t.shards {
 		c := maxKeys / n
 		if i < maxKeys%n {
 			c++
 		}
-		t.shards[i].max = int32(min(c, math.MaxInt32)) // more than any memory holds
+		s := &t.shards[i]
+		s.max = int32(min(c, math.MaxInt32)) // more than any memory holds
+		if len(more) > 0 {
+			s.ex.more = &multiShard{stride: len(more)}
+		}
 	}
 	return t
+}
+
+// limits is the number of the table's limits.
+func (t *Table) limits() int { return 1 + len(t.more) }
+
+// limit returns limit j's policy and sketch clock.
+func (t *Table) limit(j int) (Policy, sketchClock) {
+	if j == 0 {
+		return t.policy, t.clock
+	}
+	return t.more[j-1].policy, t.more[j-1].clock
+}
+
+// sketchOf returns limit j's approximate memory (nil if none), and where it
+// is kept.
+func (s *shard) sketchOf(j int) **sketch {
+	if j == 0 {
+		return &s.sk
+	}
+	return &s.ex.more.sk[j-1]
 }
 
 func (t *Table) shard(h uint64) *shard { return &t.shards[(h^h>>32)&t.mask] }
@@ -115,71 +173,123 @@ func (t *Table) lock(h uint64, now int64) (*shard, uint64, int64) {
 	return s, h, s.now
 }
 
-// state returns h's exact state, or its estimate; ok says it is exact.
-func (s *shard) state(t *Table, h uint64, now int64) (tat int64, ok bool) {
-	if tat, ok = s.ex.get(h); !ok {
-		tat = s.estimate(t, h, now)
+// states returns h's state under each limit, exact or estimated, and
+// h's slot; ok says h is in the exact table.
+func (s *shard) states(t *Table, h uint64, now int64, tats *[MaxLimits]int64) (i int, ok bool) {
+	if i, ok = s.ex.find(h); ok {
+		s.ex.states(i, tats)
+		return i, true
 	}
-	return tat, ok
+	for j := range t.limits() {
+		tats[j] = s.estimate(t, j, h, now)
+	}
+	return i, false
 }
 
-// Take charges n tokens at now to the bucket of hash h (1 <= n <= Burst,
-// checked by the caller). A denied Take changes nothing. It reports whether
-// the tokens were charged and the bucket's state after the call (see
-// Policy.Read): remaining whole tokens, the wait until one whole token
-// exists (for a denied Take: until n tokens exist), and the time until full.
-func (t *Table) Take(h uint64, now, n int64) (allowed bool, remaining int, wait, full time.Duration) {
+// Fulls is what a Table reports of a key's buckets: for each limit, in the
+// order of NewTable's policies, the time until its bucket is full (its
+// whole state: see Policy.Read); entries past the table's limits are zero.
+type Fulls [MaxLimits]time.Duration
+
+// fulls is Fulls of the states tats at now.
+func (t *Table) fulls(tats *[MaxLimits]int64, now int64) (f Fulls) {
+	for j := range t.limits() {
+		f[j] = time.Duration(max(tats[j], now) - now)
+	}
+	return f
+}
+
+// Take charges n tokens at now to every bucket of hash h, if each holds n
+// (1 <= n <= the smallest Burst, checked by the caller); a denied Take
+// changes nothing. It reports whether the tokens were charged, the state
+// of each bucket after the call, and for a denied Take, denier: the limit
+// that denied with the longest wait for n tokens (the first of equals),
+// counted in TableStats.LimitedBy.
+func (t *Table) Take(h uint64, now, n int64) (allowed bool, denier int, f Fulls) {
 	s, h, now := t.lock(h, now)
+	if s.ex.more != nil {
+		return t.takeAll(s, h, now, n)
+	}
 	i, ok := s.ex.find(h)
 	var tat int64
 	if ok {
 		tat = s.ex.slots[i].tat
 	} else {
-		tat = s.estimate(t, h, now)
+		tat = s.estimate(t, 0, h, now)
 	}
 	next, allowed := t.policy.Take(tat, now, n)
-	need := n
 	if allowed {
 		s.allowed++
 		if ok {
 			s.ex.slots[i].tat = next
 		} else {
-			s.put(t, h, next, now, false)
+			s.put(t, h, &[MaxLimits]int64{next}, now, false)
 		}
-		need = 1
 	} else {
 		s.limited++
 	}
 	s.mu.Unlock()
-	remaining, wait, full = t.policy.Read(next, now, need)
-	return allowed, remaining, wait, full
+	f[0] = time.Duration(max(next, now) - now)
+	return allowed, 0, f
 }
 
-// Refund gives n tokens back at now to the bucket of hash h, never above
-// full (1 <= n <= Burst, checked by the caller), and reports the bucket as
-// Peek does.
-func (t *Table) Refund(h uint64, now, n int64) (allowed bool, remaining int, wait, full time.Duration) {
-	s, h, now := t.lock(h, now)
-	tat, ok := s.state(t, h, now)
-	tat = t.policy.Refund(tat, now, n)
-	s.set(t, h, tat, now, ok)
+// takeAll is Take for a table of several limits, with s locked.
+func (t *Table) takeAll(s *shard, h uint64, now, n int64) (allowed bool, denier int, f Fulls) {
+	var tats, next [MaxLimits]int64
+	i, ok := s.states(t, h, now, &tats)
+	allowed = true
+	var longest int64
+	for j := range t.limits() {
+		p, _ := t.limit(j)
+		var okj bool
+		if next[j], okj = p.Take(tats[j], now, n); !okj {
+			// The wait for n tokens: until next - tau is now.
+			if wait := max(tats[j], now) + n*p.interval - p.tau - now; allowed || wait > longest {
+				denier, longest = j, wait
+			}
+			allowed = false
+		}
+	}
+	if allowed {
+		s.allowed++
+		if ok {
+			s.ex.slots[i].tat = next[0]
+			copy(s.ex.tats(i), next[1:])
+		} else {
+			s.put(t, h, &next, now, false)
+		}
+		tats = next
+	} else {
+		s.limited++
+		s.ex.more.limited[denier]++
+	}
 	s.mu.Unlock()
-	return t.read(tat, now)
+	return allowed, denier, t.fulls(&tats, now)
 }
 
-// Peek reports the bucket of hash h at now without changing it: allowed
-// means it holds at least one whole token; the rest is Policy.Read's.
-func (t *Table) Peek(h uint64, now int64) (allowed bool, remaining int, wait, full time.Duration) {
+// Refund gives n tokens back at now to every bucket of hash h, never above
+// full (1 <= n <= the smallest Burst, checked by the caller), and reports
+// them as Peek does.
+func (t *Table) Refund(h uint64, now, n int64) Fulls {
 	s, h, now := t.lock(h, now)
-	tat, _ := s.state(t, h, now)
+	var tats [MaxLimits]int64
+	_, ok := s.states(t, h, now, &tats)
+	for j := range t.limits() {
+		p, _ := t.limit(j)
+		tats[j] = p.Refund(tats[j], now, n)
+	}
+	s.set(t, h, &tats, now, ok)
 	s.mu.Unlock()
-	return t.read(tat, now)
+	return t.fulls(&tats, now)
 }
 
-// read is Peek's report of state tat at now.
-func (t *Table) read(tat, now int64) (allowed bool, remaining int, wait, full time.Duration) {
-	remaining, wait, full = t.policy.Read(tat, now, 1)
-	return remaining > 0, remaining, wait, full
+// Peek reports the buckets of hash h at now without changing them.
+func (t *Table) Peek(h uint64, now int64) Fulls {
+	s, h, now := t.lock(h, now)
+	var tats [MaxLimits]int64
+	s.states(t, h, now, &tats)
+	s.mu.Unlock()
+	return t.fulls(&tats, now)
 }
 
 // Reset makes the bucket of hash h full at now, even if the approximate
@@ -192,87 +302,122 @@ func (t *Table) read(tat, now int64) (allowed bool, remaining int, wait, full ti
 // keepsPin). Refund and Mirror pin nothing: their callers include every
 // client, and a bound shared with them would let a client take the pins
 // of Resets.
+//
+// In a table of several limits, every bucket of h is made full, and the
+// memory is that of any limit.
 func (t *Table) Reset(h uint64, now int64) {
 	s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
-	_, ok := s.ex.get(h)
-	if s.sk == nil || s.sk.liveFraction(t.clock, now) == 0 {
-		s.set(t, h, now, now, ok)
+	_, ok := s.ex.find(h)
+	full := [MaxLimits]int64{now, now, now, now}
+	if !s.live(t, now) {
+		s.set(t, h, &full, now, ok)
 		return
 	}
-	s.put(t, h, now, now, ok)
+	s.put(t, h, &full, now, ok)
 	if s.ex.pins < maxPins(int(s.max)) {
 		s.ex.pin(h, true)
 	}
+}
+
+// live reports whether any limit's approximate memory holds a live time.
+func (s *shard) live(t *Table, now int64) bool {
+	for j := range t.limits() {
+		_, c := t.limit(j)
+		if sk := *s.sketchOf(j); sk != nil && sk.liveFraction(c, now) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // maxPins is how many Reset buckets a shard of capacity shardCap pins: an
 // eighth of it (at least one), so that pins never crowd out the table.
 func maxPins(shardCap int) int { return max(1, shardCap/8) }
 
-// Mirror records the state a remote store reported at now for the bucket of
-// hash h: full again after resetAfter, clamped to [0, 2*Burst*Interval] (a
-// remote bucket may be up to one burst in debt: see addrlimit.DebtStore). Of
-// the state already held and the reported one, the later (emptier) is kept,
-// so answers that arrive out of order never make the copy fuller. The state
-// is kept exactly, whatever the approximate memory says.
-func (t *Table) Mirror(h uint64, now int64, resetAfter time.Duration) {
+// Mirror records the state a remote store reported at now for the buckets
+// of hash h: each full again after its entry of f, clamped to
+// [0, 2*Burst*Interval] (a remote bucket may be up to one burst in debt:
+// see addrlimit.DebtStore). Of the state already held and the reported
+// one, the later (emptier) is kept for each limit, so answers that arrive
+// out of order never make the copy fuller. The state is kept exactly,
+// whatever the approximate memory says.
+func (t *Table) Mirror(h uint64, now int64, f Fulls) {
 	s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
-	tat := now + min(max(int64(resetAfter), 0), 2*t.policy.tau)
-	old, ok := s.ex.get(h)
+	var old [MaxLimits]int64
+	i, ok := s.ex.find(h)
+	if ok {
+		s.ex.states(i, &old)
+	}
 	// Answers of concurrent requests may arrive out of order: keep the
 	// latest state any of them reported, so an older, fuller answer never
 	// undoes a newer one. (After a remote refund this keeps the local copy
 	// stricter than the store until the next charge: the safe direction.)
-	s.set(t, h, max(tat, old), now, ok)
+	var tats [MaxLimits]int64
+	for j := range t.limits() {
+		p, _ := t.limit(j)
+		tats[j] = max(now+min(max(int64(f[j]), 0), 2*p.tau), old[j])
+	}
+	s.set(t, h, &tats, now, ok)
 }
 
-// estimate returns the state of a key that is not in the exact table: full
-// (0), or the approximate memory's estimate, never earlier than the truth.
-// It runs with s.mu held, as do all shard methods.
-func (s *shard) estimate(t *Table, h uint64, now int64) int64 {
-	if s.sk == nil {
+// estimate returns limit j's state of a key that is not in the exact
+// table: full (0), or the approximate memory's estimate, never earlier than
+// the truth. It runs with s.mu held, as do all shard methods.
+func (s *shard) estimate(t *Table, j int, h uint64, now int64) int64 {
+	sk := *s.sketchOf(j)
+	if sk == nil {
 		return 0
 	}
-	return s.sk.estimate(t.clock, h, now)
+	_, c := t.limit(j)
+	return sk.estimate(c, h, now)
 }
 
-// free reports whether the exact bucket of h, in state tat, can be dropped
-// without changing any decision: it is full and the approximate memory does
-// not limit h.
-func (s *shard) free(t *Table, h uint64, tat, now int64) bool {
-	return tat <= now && s.estimate(t, h, now) <= now
+// free reports whether the exact buckets of h, in states tats, can be
+// dropped without changing any decision: each is full and the approximate
+// memory does not limit h.
+func (s *shard) free(t *Table, h uint64, tats *[MaxLimits]int64, now int64) bool {
+	for j := range t.limits() {
+		if tats[j] > now || s.estimate(t, j, h, now) > now {
+			return false
+		}
+	}
+	return true
 }
 
-// set gives h the state tat, exactly unless dropping the bucket changes
+// set gives h the states tats, exactly unless dropping the buckets changes
 // nothing. exists says whether h is in the exact table.
-func (s *shard) set(t *Table, h uint64, tat, now int64, exists bool) {
-	if s.free(t, h, tat, now) {
+func (s *shard) set(t *Table, h uint64, tats *[MaxLimits]int64, now int64, exists bool) {
+	if s.free(t, h, tats, now) {
 		if exists {
 			s.ex.remove(h)
 		}
 		return
 	}
-	s.put(t, h, tat, now, exists)
+	s.put(t, h, tats, now, exists)
 }
 
-// put stores tat as h's exact state, making room first if h is new.
-func (s *shard) put(t *Table, h uint64, tat, now int64, exists bool) {
+// put stores tats as h's exact states, making room first if h is new.
+func (s *shard) put(t *Table, h uint64, tats *[MaxLimits]int64, now int64, exists bool) {
 	if !exists {
 		s.makeRoom(t, now)
 	}
-	s.ex.set(h, tat, int(s.max))
+	s.ex.set(h, tats, int(s.max))
 }
 
 // makeRoom prepares the shard to admit one new key. Below the cap it sweeps
 // a few buckets. At the cap it samples evictionSample buckets and drops the
 // free ones that have been full for a whole refill time; failing any, it
 // removes the one whose eviction costs least (see cost), into the
-// approximate memory unless it is free.
+// approximate memory unless it is free. A key of several limits goes into
+// the memory of each limit whose bucket is not full.
 func (s *shard) makeRoom(t *Table, now int64) {
-	if s.sk != nil && s.sk.idle(t.clock, now) {
-		s.sk = nil // every cell free and unused for 16 refill times
+	for j := range t.limits() {
+		_, c := t.limit(j)
+		if sk := s.sketchOf(j); *sk != nil && (*sk).idle(c, now) {
+			*sk = nil // every cell free and unused for 16 refill times
+		}
 	}
 	if s.ex.n < int(s.max) {
 		if s.ex.n >= minSweep {
@@ -286,12 +431,18 @@ func (s *shard) makeRoom(t *Table, now int64) {
 	var idle [evictionSample]uint64
 	var cand [evictionSample]candidate
 	nIdle, nCand := 0, 0
-	s.ex.sample(evictionSample, func(sl slot) bool {
+	s.ex.sample(evictionSample, func(i int, sl slot) bool {
 		c := candidate{slot: sl}
-		if sl.tat <= now {
-			c.est = s.estimate(t, sl.key(), now)
+		s.ex.states(i, &c.tats)
+		isIdle := true
+		for j := range t.limits() {
+			p, _ := t.limit(j)
+			if c.tats[j] <= now {
+				c.est[j] = s.estimate(t, j, sl.key(), now)
+			}
+			isIdle = isIdle && c.est[j] <= now && now-c.tats[j] >= p.tau
 		}
-		if c.est <= now && now-sl.tat >= t.policy.tau {
+		if isIdle {
 			idle[nIdle] = sl.key()
 			nIdle++
 		} else {
@@ -308,33 +459,50 @@ func (s *shard) makeRoom(t *Table, now int64) {
 	}
 	v := s.victim(t, cand[:nCand], now)
 	s.ex.remove(v.key())
-	if v.tat <= now && v.est <= now {
-		return // free
+	if v.free(t, now) {
+		return
 	}
 	s.evictions++
-	if v.tat > now {
-		if s.sk == nil {
-			s.sk = newSketch(t.clock, int(s.max), now)
+	for j := range t.limits() {
+		if v.tats[j] <= now {
+			continue
+		}
+		p, c := t.limit(j)
+		sk := s.sketchOf(j)
+		if *sk == nil {
+			*sk = newSketch(c, int(s.max), now)
 		}
 		// A mirrored debt beyond empty is not kept: the sketch reads times
 		// up to about one refill ahead (see sketch).
-		s.sk.merge(t.clock, v.key(), min(v.tat, now+t.policy.tau), now)
+		(*sk).merge(c, v.key(), min(v.tats[j], now+p.tau), now)
 	}
 }
 
-// candidate is a sampled bucket, with the approximate memory's estimate
-// for its key when the bucket is full (tat <= now).
+// candidate is a sampled bucket with the states of its limits and, for
+// each limit whose bucket is full (tat <= now), the approximate memory's
+// estimate for its key.
 type candidate struct {
 	slot
-	est int64
+	tats, est [MaxLimits]int64
+}
+
+// free reports whether evicting c at now changes nothing: every bucket is
+// full and no estimate limits it.
+func (c *candidate) free(t *Table, now int64) bool {
+	for j := range t.limits() {
+		if c.tats[j] > now || c.est[j] > now {
+			return false
+		}
+	}
+	return true
 }
 
 // cost is what evicting c at now may cost its client, in nanoseconds of
-// its bucket's time: lower is cheaper; ties go to the later state (the
-// emptier bucket, or the one full the longest). A key out of the exact
-// table starts from its sketch estimate, the earliest of its cells, which
-// other keys may have pushed as late as now + tau (and rounding up to a
-// unit). So:
+// its buckets' time (summed over its limits): lower is cheaper; ties go to
+// the later state (the emptier bucket, or the one full the longest). A key
+// out of the exact table starts from its sketch estimate, the earliest of
+// its cells, which other keys may have pushed as late as now + tau (and
+// rounding up to a unit). So, per limit:
 //   - a full bucket whose estimate says full (free: dropped, not merged)
 //     loses its tokens only if all its cells turn live before it returns:
 //     f3 (the chance that a key's cells are all live, from the first row's
@@ -347,58 +515,93 @@ type candidate struct {
 //
 // So a drained bucket is the cheapest, and a light client, which refills
 // between its requests, the dearest, however often a flood samples it.
-func (c candidate) cost(t *Table, now int64, f3 float64) int64 {
-	switch {
-	case c.tat <= now && c.est <= now:
-		return int64(f3 * float64(t.policy.tau-min(now-c.tat, t.policy.tau)))
-	case c.tat <= now:
-		return c.est - now
+// f3 holds each limit's chance.
+func (c *candidate) cost(t *Table, now int64, f3 *[MaxLimits]float64) int64 {
+	var sum int64
+	for j := range t.limits() {
+		p, clock := t.limit(j)
+		tat, est := c.tats[j], c.est[j]
+		switch {
+		case tat <= now && est <= now:
+			sum += int64(f3[j] * float64(p.tau-min(now-tat, p.tau)))
+		case tat <= now:
+			sum += est - now
+		default:
+			sum += clock.unit + int64(f3[j]*float64(now+p.tau-tat))
+		}
 	}
-	return t.clock.unit + int64(f3*float64(now+t.policy.tau-c.tat))
+	return sum
 }
 
-// keepsPin reports whether the pinned bucket sl stays pinned at now: until
-// its client has left it full for a refill interval and the approximate
-// memory would not make it emptier, evicting it could undo the Reset.
-func (s *shard) keepsPin(t *Table, sl slot, now int64) bool {
-	return sl.tat > now-t.policy.interval || s.held(t, sl.key(), sl.tat, now)
+// debt is how far c's emptiest limit is in debt beyond empty, in ns: above
+// zero only for a bucket a remote store left in debt (see Mirror).
+func (c *candidate) debt(t *Table, now int64) int64 {
+	d := int64(math.MinInt64)
+	for j := range t.limits() {
+		p, _ := t.limit(j)
+		d = max(d, c.tats[j]-now-p.tau)
+	}
+	return d
+}
+
+// keepsPin reports whether the pinned bucket at slot i stays pinned at now:
+// until its client has left every limit full for a refill interval and the
+// approximate memory would not make any emptier, evicting it could undo
+// the Reset.
+func (s *shard) keepsPin(t *Table, i int, now int64) bool {
+	var tats [MaxLimits]int64
+	s.ex.states(i, &tats)
+	h := s.ex.slots[i].key()
+	for j := range t.limits() {
+		p, _ := t.limit(j)
+		if tats[j] > now-p.interval || s.held(t, j, h, tats[j], now) {
+			return true
+		}
+	}
+	return false
 }
 
 // victim returns the cheapest of cand to evict (see cost): among unpinned
 // buckets not in debt, else among those in debt (least debt first), else
 // among all. A pinned bucket that no longer keeps its pin is unpinned.
 func (s *shard) victim(t *Table, cand []candidate, now int64) candidate {
-	f3 := 0.0
-	if s.sk != nil {
-		f := s.sk.liveFraction(t.clock, now)
-		f3 = f * f * f
+	var f3 [MaxLimits]float64
+	for j := range t.limits() {
+		_, c := t.limit(j)
+		if sk := *s.sketchOf(j); sk != nil {
+			f := sk.liveFraction(c, now)
+			f3[j] = f * f * f
+		}
 	}
 	best, bestTier, bestCost := 0, 3, int64(0)
 	for i := range cand {
 		c := &cand[i]
-		if c.isPinned() && !s.keepsPin(t, c.slot, now) {
-			s.ex.pin(c.key(), false)
-			c.h = c.key()
+		if c.isPinned() {
+			if j, _ := s.ex.find(c.key()); !s.keepsPin(t, j, now) {
+				s.ex.pin(c.key(), false)
+				c.h = c.key()
+			}
 		}
-		tier, cost := 0, c.cost(t, now, f3)
+		tier, cost := 0, c.cost(t, now, &f3)
 		switch {
 		case c.isPinned():
 			tier = 2
-		case c.tat > now+t.policy.tau:
-			tier, cost = 1, c.tat
+		case c.debt(t, now) > 0:
+			tier, cost = 1, c.debt(t, now)
 		}
-		if tier < bestTier || tier == bestTier && (cost < bestCost || cost == bestCost && c.tat > cand[best].tat) {
+		if tier < bestTier || tier == bestTier && (cost < bestCost || cost == bestCost && c.tats[0] > cand[best].tats[0]) {
 			best, bestTier, bestCost = i, tier, cost
 		}
 	}
 	return cand[best]
 }
 
-// held reports whether the approximate memory would give h, in state tat,
-// a later state than its own (rounding aside): evicting it would limit its
-// client more than it has spent.
-func (s *shard) held(t *Table, h uint64, tat, now int64) bool {
-	return s.estimate(t, h, now) > ceilDiv(max(tat, now), t.clock.unit)*t.clock.unit
+// held reports whether limit j's approximate memory would give h, in state
+// tat, a later state than its own (rounding aside): evicting it would limit
+// its client more than it has spent.
+func (s *shard) held(t *Table, j int, h uint64, tat, now int64) bool {
+	_, c := t.limit(j)
+	return s.estimate(t, j, h, now) > ceilDiv(max(tat, now), c.unit)*c.unit
 }
 
 // sweep drops the free buckets among sweepSample random ones, but not
@@ -406,8 +609,10 @@ func (s *shard) held(t *Table, h uint64, tat, now int64) bool {
 func (s *shard) sweep(t *Table, now int64) {
 	var free [sweepSample]uint64
 	nFree := 0
-	s.ex.sample(sweepSample, func(sl slot) bool {
-		if s.free(t, sl.key(), sl.tat, now) && !(sl.isPinned() && s.keepsPin(t, sl, now)) {
+	s.ex.sample(sweepSample, func(i int, sl slot) bool {
+		var tats [MaxLimits]int64
+		s.ex.states(i, &tats)
+		if s.free(t, sl.key(), &tats, now) && !(sl.isPinned() && s.keepsPin(t, i, now)) {
 			free[nFree] = sl.key()
 			nFree++
 		}
@@ -421,14 +626,17 @@ func (s *shard) sweep(t *Table, now int64) {
 // TableStats is a snapshot of a Table's counters and memory.
 type TableStats struct {
 	Allowed, Limited uint64 // Take decisions
-	Keys             int    // exact buckets held
+	// LimitedBy counts denied Takes by the limit that denied (see Take).
+	LimitedBy [MaxLimits]uint64
+	Keys      int // exact buckets held
 	// Evictions counts buckets that had not refilled and left the exact
 	// table to make room (their state went to the approximate memory).
 	Evictions uint64
 	// ApproxKeys estimates how many keys have a live state in the approximate
 	// memory (linear counting over the first row of each sketch); ApproxFill
 	// is the fraction of those rows' cells that hold a live time, 0 without
-	// sketch.
+	// sketch. With several limits, both are those of the limit whose memory
+	// holds the most.
 	ApproxKeys int
 	ApproxFill float64
 }
@@ -448,26 +656,46 @@ func (t *Table) Stats() TableStats {
 		now = max(now, s.now)
 		st.Allowed += s.allowed
 		st.Limited += s.limited
+		if s.ex.more != nil {
+			for j, n := range s.ex.more.limited {
+				st.LimitedBy[j] += n
+			}
+		} else {
+			st.LimitedBy[0] += s.limited
+		}
 		st.Keys += s.ex.n
 		st.Evictions += s.evictions
 		s.mu.Unlock()
 	}
+	for j := range t.limits() {
+		keys, fill := t.approx(j, now)
+		if keys > st.ApproxKeys || keys == st.ApproxKeys && fill > st.ApproxFill {
+			st.ApproxKeys, st.ApproxFill = keys, fill
+		}
+	}
+	return st
+}
+
+// approx is limit j's approximate memory for Stats at now: ApproxKeys and
+// ApproxFill.
+func (t *Table) approx(j int, now int64) (int, float64) {
+	_, c := t.limit(j)
 	live, width, approx := 0, 0, 0.0
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		if s.sk != nil {
-			l, w := s.sk.fill(t.clock, now)
+		if sk := *s.sketchOf(j); sk != nil {
+			l, w := sk.fill(c, now)
 			live, width = live+l, width+w
 			approx += linearCount(l, w)
 		}
 		s.mu.Unlock()
 	}
+	fill := 0.0
 	if width > 0 {
-		st.ApproxFill = float64(live) / float64(width)
+		fill = float64(live) / float64(width)
 	}
-	st.ApproxKeys = int(math.Round(approx))
-	return st
+	return int(math.Round(approx)), fill
 }
 
 // linearCount estimates how many distinct keys set live of w cells

@@ -472,11 +472,11 @@ func TestMirror(t *testing.T) {
 	tab := NewTable(p, 64)
 	h := rng.Uint64()
 
-	tab.Mirror(h, 0, 3*time.Second)
+	tab.Mirror(h, 0, Fulls{3 * time.Second})
 	assert.Equal(t, result{Allowed: true, Remaining: 2, ResetAfter: 3 * time.Second}, tab.peek(h, 0))
-	tab.Mirror(h, 0, time.Second) // an older, fuller answer arriving late
+	tab.Mirror(h, 0, Fulls{time.Second}) // an older, fuller answer arriving late
 	assert.Equal(t, 3*time.Second, tab.peek(h, 0).ResetAfter, "an out-of-order answer made the copy fuller")
-	tab.Mirror(h, 0, time.Hour) // clamped to one burst in debt
+	tab.Mirror(h, 0, Fulls{time.Hour}) // clamped to one burst in debt
 	assert.Equal(t, result{RetryAfter: 6 * time.Second, ResetAfter: 10 * time.Second}, tab.peek(h, 0))
 	_, res := p.take(int64(10*time.Second), 0, 1)
 	assert.Equal(t, result{RetryAfter: 6 * time.Second, ResetAfter: 10 * time.Second}, res, "a denied Take in debt")
@@ -484,7 +484,7 @@ func TestMirror(t *testing.T) {
 	assert.Equal(t, result{Allowed: true, Remaining: 1, ResetAfter: 4 * time.Second}, tab.peek(h, int64(6*time.Second)), "the debt is repaid by time")
 	tab.Reset(h, 0)
 	f := rng.Uint64()
-	tab.Mirror(f, 0, -time.Second) // full
+	tab.Mirror(f, 0, Fulls{-time.Second}) // full
 	assert.Equal(t, 5, tab.peek(f, 0).Remaining)
 	assert.Zero(t, tab.Stats().Keys, "a full mirrored bucket was kept")
 
@@ -492,9 +492,9 @@ func TestMirror(t *testing.T) {
 	// exactly, the later state is kept.
 	g := rng.Uint64()
 	evictIntoSketch(t, tab, rng, g, 0)
-	tab.Mirror(g, 0, time.Second)
+	tab.Mirror(g, 0, Fulls{time.Second})
 	assert.Equal(t, 4, tab.peek(g, 0).Remaining)
-	tab.Mirror(g, 0, 0)
+	tab.Mirror(g, 0, Fulls{0})
 	assert.Equal(t, 4, tab.peek(g, 0).Remaining)
 }
 
@@ -569,7 +569,7 @@ func TestTableConcurrent(t *testing.T) {
 				case 1:
 					tab.Reset(h, now)
 				case 2:
-					tab.Mirror(h, now, time.Millisecond)
+					tab.Mirror(h, now, Fulls{time.Millisecond})
 				case 3:
 					tab.peek(h, now)
 				default:

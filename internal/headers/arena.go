@@ -144,6 +144,30 @@ func (c *chunk) rateLimit(prefix string, r, t int) string {
 	return v
 }
 
+// list renders the draft RateLimit value of several limits: for each
+// limit's Writer w[i] and state m[i], its member w[i].prefix r;t=t,
+// separated by ", ".
+func (c *chunk) list(w []*Writer, m []Member) string {
+	size := 0
+	for _, x := range w {
+		size += len(x.prefix) + 2*maxDigits + 5
+	}
+	b := c.buf(size)
+	b = b[:cap(b)]
+	n := 0
+	for i, x := range w {
+		if i > 0 {
+			n += copy(b[n:], ", ")
+		}
+		r := max(m[i].Remaining, 0)
+		n += copy(b[n:], x.prefix)
+		n += putUint(b[n:], uint64(r))
+		n += copy(b[n:], ";t=")
+		n += putUint(b[n:], uint64(wait(r, m[i].NextToken)))
+	}
+	return c.keep(b[:n])
+}
+
 // maxDigits is the length of the longest uint64 in decimal.
 const maxDigits = 20
 

@@ -72,7 +72,9 @@ func Seconds(d time.Duration) int {
 
 // State is what the fields report about one decision: the bucket (Remaining,
 // NextToken, ResetAfter: the quota fields, unless Unknown) and, for a denied
-// request, the request (RetryAfter: the Retry-After field).
+// request, the request (RetryAfter: the Retry-After field). With several
+// limits, the bucket is the limit Tight (the X-RateLimit fields), and Each
+// gives every limit (the RateLimit field).
 type State struct {
 	Remaining  int
 	NextToken  time.Duration // the bucket's wait for one whole token (RateLimit's t); zero while Remaining > 0
@@ -81,6 +83,21 @@ type State struct {
 	Denied     bool          // adds Retry-After and Cache-Control: no-store
 	Never      bool          // with Denied: no wait lets the request succeed, so no Retry-After
 	Unknown    bool          // the quota is unknown (the store failed): no quota fields
+	Tight      int           // several limits: the index of the limit the fields above describe
+	Each       []Member      // several limits: each limit, in the order given to NewMulti
+}
+
+// Member is one limit of several as the RateLimit field reports it.
+type Member struct {
+	Remaining int
+	NextToken time.Duration // its wait for one whole token; zero while Remaining > 0
+}
+
+// Limit is one limit of a policy, as NewMulti gets it.
+type Limit struct {
+	Name     string // its list member is "<policy>-<Name>"
+	Burst    int
+	Interval time.Duration
 }
 
 // Writer sets the fields of one policy. It is immutable after New and safe
@@ -98,13 +115,35 @@ type Writer struct {
 	low     []string // for remaining = index, wait 0: the RateLimit value (Draft) or the decimal (XRateLimit)
 	top     []string // the same for remaining = topFrom+index
 	topFrom int
-	byWait  []string // RateLimit values for remaining 0, wait = index
+	byWait  []string  // RateLimit values for remaining 0, wait = index
+	each    []*Writer // several limits: a Writer per limit, whose arenas stay unused
 	arena   arena
 }
 
 // topRendered is how many remaining counts just below the burst (burst
 // included) each Writer pre-renders.
 const topRendered = 128
+
+// NewMulti is New for a policy of several limits (with one, it is New):
+// the RateLimit-Policy and RateLimit fields hold one list member per limit,
+// named "<name>-<limit name>" (draft-12), and the X-RateLimit fields report
+// the limit State.Tight. Each member's name must pass CheckName; New's
+// rules for a limit apply to each.
+func NewMulti(style uint8, name string, limits []Limit) *Writer {
+	if len(limits) == 1 {
+		return New(style, name, limits[0].Burst, limits[0].Interval)
+	}
+	w := &Writer{style: style}
+	for i, lim := range limits {
+		sub := New(style, name+"-"+lim.Name, lim.Burst, lim.Interval)
+		w.each = append(w.each, sub)
+		if i > 0 {
+			w.policy += ", "
+		}
+		w.policy += sub.policy
+	}
+	return w
+}
 
 // New pre-renders the fields of the policy called name: a bucket of
 // capacity burst refilled one token per interval, in style (Draft,
@@ -310,24 +349,37 @@ func (w *Writer) quota(c *chunk, style uint8, s State) (q quotaFields) {
 	remaining := max(s.Remaining, 0)
 	switch style {
 	case Draft:
-		wait := 0
-		if remaining == 0 {
-			wait = max(Seconds(s.NextToken), 1)
-		}
 		q.n = 2
 		q.field[0], q.value[0] = policyField, w.policy
-		q.field[1], q.value[1] = rateLimitField, w.rateLimit(c, remaining, wait)
+		if w.each != nil {
+			q.field[1], q.value[1] = rateLimitField, c.list(w.each, s.Each)
+			break
+		}
+		q.field[1], q.value[1] = rateLimitField, w.rateLimit(c, remaining, wait(remaining, s.NextToken))
 	case XRateLimit:
-		v, ok := w.remaining(remaining)
+		x := w
+		if w.each != nil {
+			x = w.each[s.Tight]
+		}
+		v, ok := x.remaining(remaining)
 		if !ok {
 			v = c.itoa(remaining)
 		}
 		q.n = 3
-		q.field[0], q.value[0] = xLimitField, w.limit
+		q.field[0], q.value[0] = xLimitField, x.limit
 		q.field[1], q.value[1] = xRemainingField, v
 		q.field[2], q.value[2] = xResetField, c.itoa(Seconds(s.ResetAfter))
 	}
 	return q
+}
+
+// wait is the RateLimit t of a limit with remaining tokens whose wait for
+// one whole token is next: 0 while it holds one, else at least 1.
+func wait(remaining int, next time.Duration) int {
+	if remaining > 0 {
+		return 0
+	}
+	return max(Seconds(next), 1)
 }
 
 // rateLimit returns the RateLimit value for r and t.
