@@ -54,15 +54,15 @@ type batcher struct {
 }
 
 // A call is one Store operation on the buckets of one key under a policy
-// (one Redis key per limit, all in one Cluster slot), on its way to Redis.
+// (one Redis key), on its way to Redis.
 type call struct {
-	keys     [addrlimit.MaxLimits]string
-	limits   int // how many of keys, interval and burst are used
+	key      string
+	limits   int // how many of interval and burst are used
 	op       int
 	n        int64
 	interval [addrlimit.MaxLimits]int64 // in whole µs
 	burst    [addrlimit.MaxLimits]int64
-	br       *breaker                       // of the node that holds the keys
+	br       *breaker                       // of the node that holds key
 	reply    [1 + addrlimit.MaxLimits]int64 // allowed, then each limit's µs until full
 	sent     time.Time                      // when the round trip that answered it was sent
 	err      error

@@ -117,7 +117,6 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	})
-	t.Run("several limits: one slot per decision", func(t *testing.T) { keysShareOneSlot(t, clusterClient(t, nodes)) })
 	t.Run("several limits equal x/time/rate", func(t *testing.T) {
 		differential(t, 20_000, func(t testing.TB) redis.UniversalClient { return clusterClient(t, nodes) })
 	})

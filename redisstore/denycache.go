@@ -19,9 +19,8 @@ import (
 // it does not remember the new key (which only costs a round trip). Safe for
 // concurrent use.
 //
-// A key (the Redis key of the policy's first limit) names the policy's
-// limits too (see redisKeys), so the policy given with it is the one
-// remembered.
+// A key (the Redis key of the buckets) names the policy's limits too (see
+// redisKey), so the policy given with it is the one remembered.
 type denyCache struct {
 	max int
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/addrlimit/addrlimit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,9 +42,3 @@ func RunScript(ctx context.Context, c redis.Scripter, key string, args ...any) e
 	return gcra.Run(ctx, c, []string{key}, args...).Err()
 }
 
-// RedisKeys returns the Redis key of key's bucket of each limit of p.
-func (s *Store) RedisKeys(key string, p addrlimit.Policy) []string {
-	var keys [addrlimit.MaxLimits]string
-	s.redisKeys(key, p, &keys)
-	return keys[:max(len(p.Limits), 1)]
-}

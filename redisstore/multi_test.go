@@ -229,72 +229,73 @@ func TestSeveralLimitsAllOrNothing(t *testing.T) {
 	if err := s.Reset(ctx, "k", three); err != nil {
 		t.Fatal(err)
 	}
-	keys := s.RedisKeys("k", three)
-	if n, err := c.Exists(ctx, keys...).Result(); err != nil || n != 0 {
-		t.Fatalf("Reset left %d of the keys %q (%v)", n, keys, err)
+	if n, err := c.Exists(ctx, s.RedisKey("k", three)).Result(); err != nil || n != 0 {
+		t.Fatalf("Reset left the key (%d, %v)", n, err)
 	}
 	res, err = s.Peek(ctx, "k", three)
 	step("Peek after Reset", res, err, true, 2, [3]int{0, 0, 0})
 }
 
-// keysShareOneSlot checks on a Cluster (c) that the keys of one decision
-// share one hash tag, hence one slot, whatever the key and the prefix hold;
-// that different policies or keys never share a Redis key; and that a
-// policy of one limit keeps the key layout of earlier versions.
-func keysShareOneSlot(t *testing.T, c redis.UniversalClient) {
+// The buckets of one decision are one Redis key (one slot in a Cluster,
+// whatever the key holds); different policies, limit lists or keys never
+// share a Redis key; a policy of one limit keeps the key of earlier
+// versions, so that a deploy keeps its buckets.
+func TestSeveralLimitsOneKey(t *testing.T) {
+	c, _, s := countedStore(t)
 	ctx := context.Background()
+	one := addrlimit.Policy{Name: "api", Limits: three.Limits[:1]}
+	s2, err := redisstore.New(c, redisstore.WithKeyPrefix("addrlimit:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s2.RedisKey("198.51.100.7", one), "addrlimit:api/2/3600000000000:k:198.51.100.7"; got != want {
+		t.Fatalf("one limit: key %q, want %q as before", got, want)
+	}
 	long := string(make([]byte, 300))
 	seen := map[string]string{}
-	for _, prefix := range []string{"addrlimit:", "a{b:", "a}b{c:", "{app}:", "x{}:"} {
-		s, err := redisstore.New(c, redisstore.WithKeyPrefix(prefix))
-		if err != nil {
-			t.Fatal(err)
-		}
-		one := addrlimit.Policy{Name: "api", Limits: three.Limits[:1]}
-		if got, want := s.RedisKey("198.51.100.7", one), prefix+"api/2/3600000000000:k:198.51.100.7"; got != want {
-			t.Fatalf("one limit: key %q, want %q as before", got, want)
-		}
-		if err := s.CheckPolicy(three); (err != nil) != (prefix == "x{}:") {
-			t.Fatalf("prefix %q: CheckPolicy(three limits): %v", prefix, err)
-		} else if err != nil {
-			continue // an empty hash tag: Redis would hash each key whole
-		}
-		for _, p := range []addrlimit.Policy{one, three, {Name: "api", Limits: three.Limits[:2]}, {Name: "api2", Limits: three.Limits[:2]}} {
-			for _, key := range []string{"198.51.100.7", "}", "{", "{}", "}x{y}", "a}b", "", long, long + "x"} {
-				var slot int64 = -1
-				for i, rkey := range s.RedisKeys(key, p) {
-					if other, dup := seen[rkey]; dup {
-						t.Fatalf("limit %d of %q under %+v (prefix %q) has the Redis key of %s", i, key, p, prefix, other)
-					}
-					seen[rkey] = fmt.Sprintf("limit %d of %q under %v, prefix %q", i, key, p, prefix)
-					got, err := c.ClusterKeySlot(ctx, rkey).Result()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if i > 0 && got != slot {
-						t.Fatalf("%q under %+v (prefix %q): limit %d's key %q in slot %d, limit 0's in %d", key, p, prefix, i, rkey, got, slot)
-					}
-					slot = got
-				}
+	for _, p := range []addrlimit.Policy{one, three, {Name: "api", Limits: three.Limits[:2]}, {Name: "api2", Limits: three.Limits[:2]},
+		{Name: "api", Limits: []addrlimit.Limit{three.Limits[1], three.Limits[0]}}} {
+		for _, key := range []string{"198.51.100.7", "}", "{", "{}", "}x{y}", "a}b", "", "/2/3600000000000:k:x", long, long + "x"} {
+			rkey := s.RedisKey(key, p)
+			if other, dup := seen[rkey]; dup {
+				t.Fatalf("%q under %v has the Redis key of %s", key, p, other)
 			}
+			seen[rkey] = fmt.Sprintf("%q under %v", key, p)
 		}
+	}
+	// One Take of three limits writes one key, which holds each limit's TAT.
+	if res, err := s.Take(ctx, "k", three, 1); err != nil || !res.Allowed {
+		t.Fatalf("Take: %+v %v", res, err)
+	}
+	v, err := c.Get(ctx, s.RedisKey("k", three)).Result()
+	if err != nil || strings.Count(v, ",") != 2 {
+		t.Fatalf("the key holds %q (%v), want three TATs", v, err)
+	}
+	// It expires when the last of its buckets is full.
+	mixed := addrlimit.Policy{Name: "mixed", Limits: []addrlimit.Limit{{Name: "s", Burst: 10, Interval: time.Second}, {Name: "h", Burst: 10, Interval: time.Hour}}}
+	if res, err := s.Take(ctx, "k", mixed, 2); err != nil || !res.Allowed {
+		t.Fatalf("Take: %+v %v", res, err)
+	}
+	ttl, err := c.PTTL(ctx, s.RedisKey("k", mixed)).Result()
+	if err != nil || ttl <= 2*time.Hour-time.Minute || ttl > 2*time.Hour+time.Second {
+		t.Fatalf("PTTL %v (%v), want the hour limit's 2 h until full", ttl, err)
 	}
 }
 
-// A foreign value at one limit's key fails that decision only (WRONGTYPE),
-// and writes none of its limits.
+// A foreign value of another type at a decision's key fails that decision
+// only (WRONGTYPE), and leaves the value as it was.
 func TestSeveralLimitsOneBadKeyWritesNothing(t *testing.T) {
 	c, _, s := countedStore(t)
 	ctx := context.Background()
-	keys := s.RedisKeys("bad", three)
-	if err := c.LPush(ctx, keys[1], "foreign").Err(); err != nil {
+	key := s.RedisKey("bad", three)
+	if err := c.LPush(ctx, key, "foreign").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := s.Take(ctx, "bad", three, 1); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-		t.Fatalf("Take with a list at limit b's key: %+v %v, want WRONGTYPE", res, err)
+		t.Fatalf("Take with a list at the key: %+v %v, want WRONGTYPE", res, err)
 	}
-	if n, err := c.Exists(ctx, keys[0], keys[2]).Result(); err != nil || n != 0 {
-		t.Fatalf("the failed decision wrote %d of limits a and c (%v)", n, err)
+	if v, err := c.LRange(ctx, key, 0, -1).Result(); err != nil || len(v) != 1 || v[0] != "foreign" {
+		t.Fatalf("the failed decision changed the list: %q %v", v, err)
 	}
 	if res, err := s.Take(ctx, "good", three, 1); err != nil || !res.Allowed {
 		t.Fatalf("Take of another key: %+v %v", res, err)
@@ -312,7 +313,38 @@ func TestSeveralLimitsFullRedisWritesNothing(t *testing.T) {
 	if res, err := s.Take(ctx, "newcomer", three, 1); err == nil || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("Take in a full Redis: %+v %v, want OOM", res, err)
 	}
-	if n, err := c.Exists(ctx, s.RedisKeys("newcomer", three)...).Result(); err != nil || n != 0 {
-		t.Fatalf("the refused decision wrote %d of its 3 keys (%v)", n, err)
+	if n, err := c.Exists(ctx, s.RedisKey("newcomer", three)).Result(); err != nil || n != 0 {
+		t.Fatalf("the refused decision wrote its key (%d, %v)", n, err)
+	}
+}
+
+// Two instances of a Limiter with 5 per hour and 3 per day, on one Redis,
+// 400 concurrent requests from one client: exactly the day's 3 pass, and
+// the hour limit is charged those 3 only, never a denied request.
+func TestSeveralLimitsThroughAFleet(t *testing.T) {
+	needRedis(t)
+	prefix := redisstore.WithKeyPrefix(testPrefix(t))
+	fleet := []*instance{
+		newInstance(t, shared.client(t), 5, time.Hour, []redisstore.Option{prefix}, addrlimit.WithLimit(3, 24*time.Hour)),
+		newInstance(t, shared.client(t), 5, time.Hour, []redisstore.Option{prefix}, addrlimit.WithLimit(3, 24*time.Hour)),
+	}
+	if got := hammer(t, fleet, "198.51.100.7:1", 10); got != 3 {
+		t.Fatalf("allowed %d of 400 across two instances, want exactly the day's 3", got)
+	}
+	for _, in := range fleet {
+		if errs := in.degraded(); len(errs) > 0 {
+			t.Fatalf("degraded decisions: %v", errs)
+		}
+	}
+	p := fleet[0].lim.Policies()[0]
+	res, err := fleet[0].store.Peek(context.Background(), "198.51.100.7", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := res.Resets[0]; h < 35*time.Minute || h > 36*time.Minute {
+		t.Fatalf("the hour limit is full in %v, want about 36 min (3 of 5 per hour charged): %+v", h, res)
+	}
+	if d := res.Resets[1]; d < 24*time.Hour-time.Minute || d > 24*time.Hour {
+		t.Fatalf("the day limit is full in %v, want 24 h (3 of 3 charged): %+v", d, res)
 	}
 }

@@ -20,7 +20,7 @@ const (
 
 // A decision's ARGV entries: operation, n, the number of limits k, then
 // each limit's refill interval in whole microseconds and burst; its KEYS
-// entries: one per limit, in order. Its reply: allowed, then each limit's
+// entry: the one key of its buckets. Its reply: allowed, then each limit's
 // time until full in µs.
 const (
 	argsPerCall  = 3
@@ -28,46 +28,52 @@ const (
 )
 
 // gcraBody is the GCRA script after its clock. Its KEYS and ARGV hold one
-// or more decisions (a batch), each over the keys of its policy's limits
-// (one bucket per limit, all in one Cluster slot), and it returns, per
-// decision, allowed (1/0) and each limit's time until full (µs, 0 for a
-// full bucket). A decision that fails (a foreign value of another type at
-// one of its keys, say, or a write refused with OOM) gets -1 as allowed
-// instead, and its error text follows every decision's integers, in
-// decision order: one decision's error never fails the others of its call.
-// A bucket is one integer, its theoretical arrival time (TAT) in µs,
-// written with SET … PX so that the key expires when the bucket is full
-// again; a full bucket has no key.
+// or more decisions (a batch), one key each, and it returns, per decision,
+// allowed (1/0) and each limit's time until full (µs, 0 for a full
+// bucket). A decision that fails (a foreign value of another type at its
+// key, say, or a write refused with OOM) gets -1 as allowed instead, and its
+// error text follows every decision's integers, in decision order: one
+// decision's error never fails the others of its call.
 //
-// A decision reads every limit's TAT at the one instant now, then decides
-// for all of them: a Take of n is allowed only if every limit can pay n,
-// and then charged to each; denied, it writes nothing. A Refund gives n
-// back to each limit, Peek writes nothing, Reset deletes every key.
-// Operation 4 + d is a Take that first charges a debt of d tokens to every
-// limit (see TakeWithDebt), which may leave a bucket up to one burst below
-// empty (TAT up to now + 2 tau); the debt is written even when the Take is
-// denied. All reads come before the first write, and Redis refuses (OOM)
-// only a script's first write, so a failed decision writes nothing. Lua
-// numbers are doubles: New's bounds keep every TAT and tau below 2^53 µs, so
-// the arithmetic is exact.
+// The buckets of a key under a policy are one Redis key, whose value is
+// each limit's theoretical arrival time (TAT) in µs, in the policy's order,
+// joined by "," (one limit: one integer; "0" stands for a full bucket),
+// written with SET … PX so that the key expires when every bucket is full
+// again; full buckets have no key. A decision reads every limit's TAT at
+// the one instant now, then decides for all of them: a Take of n is allowed
+// only if every limit can pay n, and then charged to each; denied, it
+// writes nothing. A Refund gives n back to each limit, Peek writes nothing,
+// Reset deletes the key. Operation 4 + d is a Take that first charges a debt
+// of d tokens to every limit (see TakeWithDebt), which may leave a bucket up
+// to one burst below empty (TAT up to now + 2 tau); the debt is written even
+// when the Take is denied. A decision makes one write at most, so a failed
+// one writes nothing. Lua numbers are doubles: New's bounds keep every TAT
+// and tau below 2^53 µs, so the arithmetic is exact.
 //
 // The clock that precedes it sets now (µs) and slack (ms added to every
 // expiry). The store's clock is Redis TIME (redisTime); tests build their own
 // script with another clock (export_test.go).
 const gcraBody = `
-local function decide(op, n, keys, ivs, taus)
-  local k = #keys
-  local tats, out = {}, {}
+local function decide(op, n, key, k, ivs, taus)
+  local tats = {}
   if op == 3 then
-    for i = 1, k do
-      redis.call("DEL", keys[i])
-      out[i] = 0
+    redis.call("DEL", key)
+    return 1, nil
+  end
+  local v = redis.call("GET", key)
+  if not v then
+  elseif k == 1 then
+    tats[1] = tonumber(v)
+  else
+    local i = 1
+    for x in string.gmatch(v, "[^,]+") do
+      tats[i] = tonumber(x)
+      i = i + 1
     end
-    return 1, out
   end
   for i = 1, k do
-    local v = tonumber(redis.call("GET", keys[i]))
-    tats[i] = (v and v > now) and v or now
+    local t = tats[i]
+    tats[i] = (t and t > now) and t or now
   end
   local paid = op >= 4
   if paid then
@@ -93,39 +99,44 @@ local function decide(op, n, keys, ivs, taus)
       tats[i] = math.max(tats[i] - n * ivs[i], now)
     end
   end
-  local write = (op == 0 and allowed == 1) or op == 1 or paid
-  for i = 1, k do
-    local tat = tats[i]
-    if write then
+  if (op == 0 and allowed == 1) or op == 1 or paid then
+    local last, vals = now, {}
+    for i = 1, k do
+      local tat = tats[i]
       if tat > now then
-        redis.call("SET", keys[i], string.format("%.0f", tat), "PX", math.ceil((tat - now) / 1000) + slack)
+        vals[i] = string.format("%.0f", tat)
+        if tat > last then last = tat end
       else
-        redis.call("DEL", keys[i])
+        vals[i] = "0"
       end
     end
-    out[i] = tat - now
+    if last > now then
+      redis.call("SET", key, table.concat(vals, ","), "PX", math.ceil((last - now) / 1000) + slack)
+    else
+      redis.call("DEL", key)
+    end
   end
-  return allowed, out
+  return allowed, tats
 end
 local res, errs = {}, {}
-local a, ki = 1, 1
-while ki <= #KEYS do
+local a = 1
+for d = 1, #KEYS do
   local op, n, k = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local keys, ivs, taus = {}, {}, {}
+  local ivs, taus = {}, {}
   for i = 1, k do
-    keys[i] = KEYS[ki + i - 1]
-    ivs[i] = tonumber(ARGV[a + 1 + 2 * i])
-    taus[i] = ivs[i] * tonumber(ARGV[a + 2 + 2 * i])
+    local iv = tonumber(ARGV[a + 1 + 2 * i])
+    ivs[i] = iv
+    taus[i] = iv * tonumber(ARGV[a + 2 + 2 * i])
   end
-  a, ki = a + 3 + 2 * k, ki + k
-  local ok, allowed, out = pcall(decide, op, n, keys, ivs, taus)
+  a = a + 3 + 2 * k
+  local ok, allowed, tats = pcall(decide, op, n, KEYS[d], k, ivs, taus)
   if not ok then
     errs[#errs + 1] = type(allowed) == "table" and allowed.err or tostring(allowed)
-    allowed, out = -1, {}
+    allowed, tats = -1, nil
   end
   res[#res + 1] = allowed
   for i = 1, k do
-    res[#res + 1] = out[i] or 0
+    res[#res + 1] = tats and tats[i] - now or 0
   end
 end
 for _, e in ipairs(errs) do
@@ -173,14 +184,14 @@ func (sc *script) run(ctx context.Context, c redis.Scripter, calls []*call) {
 }
 
 func (sc *script) args(calls []*call) ([]string, []any) {
-	nkeys := 0
+	keys := make([]string, len(calls))
+	nargs := 1 // a test clock
 	for _, c := range calls {
-		nkeys += c.limits
+		nargs += argsPerCall + argsPerLimit*c.limits
 	}
-	keys := make([]string, 0, nkeys)
-	args := make([]any, 0, argsPerCall*len(calls)+argsPerLimit*nkeys+1) // + a test clock
-	for _, c := range calls {
-		keys = append(keys, c.keys[:c.limits]...)
+	args := make([]any, 0, nargs)
+	for j, c := range calls {
+		keys[j] = c.key
 		args = append(args, c.op, c.n, c.limits)
 		for i := range c.limits {
 			args = append(args, c.interval[i], c.burst[i])

@@ -70,7 +70,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -314,17 +313,9 @@ func (s *Store) connect(ctx context.Context, c redis.UniversalClient, pipelines 
 // CheckPolicy implements addrlimit.PolicyChecker: it refuses a policy with
 // a limit whose burst × interval exceeds 2^50 µs (about 35.7 years), the
 // bound of the script's exact arithmetic, or that Policy.Validate refuses.
-// A policy of several limits is refused under a key prefix whose first "{"
-// is followed at once by "}": Redis Cluster would hash each limit's key
-// whole (an empty hash tag) instead of putting them in one slot.
 func (s *Store) CheckPolicy(p addrlimit.Policy) error {
-	if _, err := checkPolicy(p, 1); err != nil {
-		return err
-	}
-	if i := strings.IndexByte(s.prefix, '{'); len(p.Limits) > 1 && i >= 0 && strings.HasPrefix(s.prefix[i:], "{}") {
-		return fmt.Errorf("redisstore: policy %q: several limits need their keys in one Redis Cluster slot, which the key prefix %q prevents: its first \"{\" is followed by \"}\", an empty hash tag", p.Name, s.prefix)
-	}
-	return nil
+	_, err := checkPolicy(p, 1)
+	return err
 }
 
 // Take implements addrlimit.Store: one round trip (shared with concurrent
@@ -360,9 +351,8 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	}
 	// q is p as the script runs it: intervals in whole µs.
 	q := addrlimit.Policy{Name: p.Name, Limits: lims[:len(p.Limits)]}
-	c := &call{limits: len(q.Limits), op: op, n: int64(n)}
-	s.redisKeys(key, p, &c.keys)
-	rkey := c.keys[0] // the decision's name in the deny cache and the Cluster
+	rkey := s.redisKey(key, p)
+	c := &call{key: rkey, limits: len(q.Limits), op: op, n: int64(n)}
 	switch op {
 	case opTake:
 		if res, ok := s.deny.lookup(rkey, time.Now(), n, q); ok {
@@ -604,33 +594,20 @@ func clientOptions(c redis.UniversalClient) (contextTimeouts bool, minIdleConns 
 	return true, 0
 }
 
-// RedisKey returns the Redis key that holds key's bucket of p's first
-// limit (see Keys in the package documentation for the others).
-func (s *Store) RedisKey(key string, p addrlimit.Policy) string {
-	var keys [addrlimit.MaxLimits]string
-	s.redisKeys(key, p, &keys)
-	return keys[0]
-}
+// RedisKey returns the Redis key that holds key's buckets under p.
+func (s *Store) RedisKey(key string, p addrlimit.Policy) string { return s.redisKey(key, p) }
 
-// redisKeys sets keys[i] to the Redis key of key's bucket of p's limit i
-// (see Keys in the package documentation).
-func (s *Store) redisKeys(key string, p addrlimit.Policy, keys *[addrlimit.MaxLimits]string) {
-	if len(p.Limits) <= 1 { // 0: checked by every caller but RedisKey's
-		var lim addrlimit.Limit
-		if len(p.Limits) == 1 {
-			lim = p.Limits[0]
-		}
-		tag := s.prefix + p.Name + "/" + strconv.Itoa(lim.Burst) + "/" + strconv.FormatInt(int64(lim.Interval), 10)
-		keys[0] = tag + clientPart(key)
-		return
+// redisKey returns the Redis key of key's buckets under p: prefix, p's
+// name, each limit's burst and interval in ns ("/" before each), then the
+// client (clientPart). The layout of a policy of one limit is that of
+// earlier versions, which kept one limit per policy.
+func (s *Store) redisKey(key string, p addrlimit.Policy) string {
+	if len(p.Limits) == 1 {
+		lim := p.Limits[0]
+		return s.prefix + p.Name + "/" + strconv.Itoa(lim.Burst) + "/" + strconv.FormatInt(int64(lim.Interval), 10) + clientPart(key)
 	}
-	// The policy and the client in one hash tag, then the limit's index:
-	// prefix{name/burst/interval/…:k:key}:i. The slot depends only on what
-	// precedes the tag's "}" (the first after the first "{", which is the
-	// tag's or the prefix's), and that part is the same for every limit.
-	b := make([]byte, 0, 2*len(s.prefix)+64+len(key))
+	b := make([]byte, 0, len(s.prefix)+len(p.Name)+40*len(p.Limits)+4+min(len(key), 2*sha256.Size))
 	b = append(b, s.prefix...)
-	b = append(b, '{')
 	b = append(b, p.Name...)
 	for _, lim := range p.Limits {
 		b = append(b, '/')
@@ -638,17 +615,7 @@ func (s *Store) redisKeys(key string, p addrlimit.Policy, keys *[addrlimit.MaxLi
 		b = append(b, '/')
 		b = strconv.AppendInt(b, int64(lim.Interval), 10)
 	}
-	b = append(b, clientPart(key)...)
-	b = append(b, "}:0"...)
-	one := len(b)
-	for i := 1; i < len(p.Limits); i++ {
-		b = append(b, b[:one]...)
-		b[len(b)-1] = byte('0' + i)
-	}
-	all := string(b)
-	for i := range p.Limits {
-		keys[i] = all[i*one : (i+1)*one]
-	}
+	return string(append(b, clientPart(key)...))
 }
 
 // clientPart is the end of a bucket's Redis key that names the client:
