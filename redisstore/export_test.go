@@ -41,4 +41,3 @@ func (s *Store) Probing() bool { return s.single.probing.Load() }
 func RunScript(ctx context.Context, c redis.Scripter, key string, args ...any) error {
 	return gcra.Run(ctx, c, []string{key}, args...).Err()
 }
-
