@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/addrlimit/addrlimit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,14 +19,14 @@ const (
 	opReset  = 3
 )
 
-// A decision's ARGV entries: operation, n, the number of limits k, then
-// each limit's refill interval in whole microseconds and burst; its KEYS
-// entry: the one key of its buckets. Its reply: allowed, then each limit's
-// time until full in µs.
-const (
-	argsPerCall  = 3
-	argsPerLimit = 2
-)
+// A script call's ARGV: three entries per decision (operation, n, and the
+// index in ARGV of its policy), then each distinct policy of the call once:
+// the number of limits k, then each limit's refill interval in whole
+// microseconds and burst. A decision's KEYS entry is the one key of its
+// buckets; its reply is allowed, then each limit's time until full in µs.
+// Policies are sent once per call, so that the script's cost per decision
+// hardly depends on the number of limits.
+const argsPerCall = 3
 
 // gcraBody is the GCRA script after its clock. Its KEYS and ARGV hold one
 // or more decisions (a batch), one key each, and it returns, per decision,
@@ -36,10 +37,13 @@ const (
 // decision's error never fails the others of its call.
 //
 // The buckets of a key under a policy are one Redis key, whose value is
-// each limit's theoretical arrival time (TAT) in µs, in the policy's order,
-// joined by "," (one limit: one integer; "0" stands for a full bucket),
-// written with SET … PX so that the key expires when every bucket is full
-// again; full buckets have no key. A decision reads every limit's TAT at
+// each limit's theoretical arrival time (TAT) in µs: for one limit, the
+// integer in decimal (as in earlier versions); for several, each as a
+// little-endian float64 (exact below 2^53), in the policy's order (struct.pack
+// "<dd…", decoded by one C call). It is written with SET … PX, so that the
+// key expires when every bucket is full again; full buckets have no key. A
+// value the script cannot read (a string of another length, say) reads as
+// full buckets. A decision reads every limit's TAT at
 // the one instant now, then decides for all of them: a Take of n is allowed
 // only if every limit can pay n, and then charged to each; denied, it
 // writes nothing. A Refund gives n back to each limit, Peek writes nothing,
@@ -54,6 +58,7 @@ const (
 // expiry). The store's clock is Redis TIME (redisTime); tests build their own
 // script with another clock (export_test.go).
 const gcraBody = `
+local packed = {"<d", "<dd", "<ddd", "<dddd"}
 local function decide(op, n, key, k, ivs, taus)
   local tats = {}
   if op == 3 then
@@ -64,12 +69,8 @@ local function decide(op, n, key, k, ivs, taus)
   if not v then
   elseif k == 1 then
     tats[1] = tonumber(v)
-  else
-    local i = 1
-    for x in string.gmatch(v, "[^,]+") do
-      tats[i] = tonumber(x)
-      i = i + 1
-    end
+  elseif #v == 8 * k then
+    tats = {struct.unpack(packed[k], v)}
   end
   for i = 1, k do
     local t = tats[i]
@@ -100,36 +101,36 @@ local function decide(op, n, key, k, ivs, taus)
     end
   end
   if (op == 0 and allowed == 1) or op == 1 or paid then
-    local last, vals = now, {}
+    local last = now
     for i = 1, k do
-      local tat = tats[i]
-      if tat > now then
-        vals[i] = string.format("%.0f", tat)
-        if tat > last then last = tat end
-      else
-        vals[i] = "0"
-      end
+      if tats[i] > last then last = tats[i] end
     end
-    if last > now then
-      redis.call("SET", key, table.concat(vals, ","), "PX", math.ceil((last - now) / 1000) + slack)
-    else
+    if last == now then
       redis.call("DEL", key)
+    elseif k == 1 then
+      redis.call("SET", key, string.format("%.0f", last), "PX", math.ceil((last - now) / 1000) + slack)
+    else
+      redis.call("SET", key, struct.pack(packed[k], unpack(tats, 1, k)), "PX", math.ceil((last - now) / 1000) + slack)
     end
   end
   return allowed, tats
 end
-local res, errs = {}, {}
-local a = 1
+local res, errs, pols = {}, {}, {}
 for d = 1, #KEYS do
-  local op, n, k = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local ivs, taus = {}, {}
-  for i = 1, k do
-    local iv = tonumber(ARGV[a + 1 + 2 * i])
-    ivs[i] = iv
-    taus[i] = iv * tonumber(ARGV[a + 2 + 2 * i])
+  local a = 3 * d - 2
+  local op, n, at = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local pol = pols[at]
+  if not pol then
+    pol = {k = tonumber(ARGV[at]), ivs = {}, taus = {}}
+    for i = 1, pol.k do
+      local iv = tonumber(ARGV[at + 2 * i - 1])
+      pol.ivs[i] = iv
+      pol.taus[i] = iv * tonumber(ARGV[at + 2 * i])
+    end
+    pols[at] = pol
   end
-  a = a + 3 + 2 * k
-  local ok, allowed, tats = pcall(decide, op, n, KEYS[d], k, ivs, taus)
+  local k = pol.k
+  local ok, allowed, tats = pcall(decide, op, n, KEYS[d], k, pol.ivs, pol.taus)
   if not ok then
     errs[#errs + 1] = type(allowed) == "table" and allowed.err or tostring(allowed)
     allowed, tats = -1, nil
@@ -185,17 +186,30 @@ func (sc *script) run(ctx context.Context, c redis.Scripter, calls []*call) {
 
 func (sc *script) args(calls []*call) ([]string, []any) {
 	keys := make([]string, len(calls))
-	nargs := 1 // a test clock
-	for _, c := range calls {
-		nargs += argsPerCall + argsPerLimit*c.limits
+	args := make([]any, argsPerCall*len(calls), argsPerCall*len(calls)+1+2*addrlimit.MaxLimits+1) // one policy, a test clock
+	type policy struct {
+		c  *call
+		at int // 1-based index in ARGV
 	}
-	args := make([]any, 0, nargs)
+	var seen []policy
 	for j, c := range calls {
 		keys[j] = c.key
-		args = append(args, c.op, c.n, c.limits)
-		for i := range c.limits {
-			args = append(args, c.interval[i], c.burst[i])
+		at := 0
+		for _, p := range seen {
+			if p.c.limits == c.limits && p.c.interval == c.interval && p.c.burst == c.burst {
+				at = p.at
+				break
+			}
 		}
+		if at == 0 {
+			at = len(args) + 1
+			args = append(args, c.limits)
+			for i := range c.limits {
+				args = append(args, c.interval[i], c.burst[i])
+			}
+			seen = append(seen, policy{c, at})
+		}
+		args[argsPerCall*j], args[argsPerCall*j+1], args[argsPerCall*j+2] = c.op, c.n, at
 	}
 	if sc.clock != nil {
 		args = append(args, sc.clock().UnixMicro())
