@@ -10,23 +10,28 @@
 // Each decision runs GCRA atomically in a Lua script with Redis TIME as the
 // only clock, so instance clocks need not agree; it equals the in-memory
 // store's decision at microsecond resolution (refill intervals are rounded
-// to whole microseconds). A bucket is one Redis key, which expires once the
-// bucket is full again. Concurrent calls share round trips (WithMaxBatch); a
-// lone call is sent at once. A key whose value Redis cannot use (a value of
-// another type) fails its own calls only.
+// to whole microseconds). A policy of several limits is decided in the same
+// script call, all or nothing: one Redis TIME reading for every limit, each
+// checked before any is charged. A key's buckets under a policy are one
+// Redis key, which expires once every bucket is full again. Concurrent
+// calls share round trips (WithMaxBatch); a lone call is sent at once. A key
+// whose value Redis cannot use (a value of another type) fails its own
+// calls only.
 //
 // # Keys
 //
-// The Redis key of a bucket is
+// The Redis key of a key's buckets under a policy is
 //
 //	prefix + policy name + "/" + burst + "/" + interval in ns + ":k:" + key
 //
-// so policies that differ in name, burst or interval never share a bucket,
-// and instances with equal policies share every bucket. A key longer than
+// with "/" + burst + "/" + interval in ns for each limit, in order, so
+// policies that differ in name or in any limit's burst or interval never
+// share a bucket, and instances with equal policies share every bucket. A key longer than
 // 200 bytes is replaced by its SHA-256, under ":h:" + hex, a namespace no
-// literal key reaches. In a Redis Cluster any key layout works; keys with
-// one hash tag ("{user42}:login", "{user42}:api") share a slot, so a hash
-// tag in the prefix would put every bucket in one slot.
+// literal key reaches. In a Redis Cluster any key layout works (a decision,
+// whatever its limits, touches one key); keys with one hash tag
+// ("{user42}:login", "{user42}:api") share a slot, so a hash tag in the
+// prefix would put every bucket in one slot.
 //
 // # Redis configuration
 //
@@ -318,27 +323,28 @@ func (s *Store) CheckPolicy(p addrlimit.Policy) error {
 	return err
 }
 
-// Take implements addrlimit.Store: one round trip (shared with concurrent
-// calls), or none when the deny cache already knows the key is empty. Errors
+// Take implements addrlimit.Store: n from every limit of p or from none, in
+// one round trip (shared with concurrent calls), or none when the deny cache
+// already knows that some limit of the key cannot pay n yet. Errors
 // (including the timeout and an open circuit) start with "redisstore: ".
 func (s *Store) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
 	return s.do(ctx, key, p, opTake, n)
 }
 
-// Refund implements addrlimit.Store: it gives n tokens back to key's bucket,
-// never above full, and drops key from the deny cache.
+// Refund implements addrlimit.Store: it gives n tokens back to each of key's
+// buckets, none above full, and drops key from the deny cache.
 func (s *Store) Refund(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
 	return s.do(ctx, key, p, opRefund, n)
 }
 
-// Peek implements addrlimit.Store: it reports key's bucket without changing
-// it. It always asks Redis.
+// Peek implements addrlimit.Store: it reports key's buckets without
+// changing them. It always asks Redis.
 func (s *Store) Peek(ctx context.Context, key string, p addrlimit.Policy) (addrlimit.Result, error) {
 	return s.do(ctx, key, p, opPeek, 1)
 }
 
-// Reset implements addrlimit.Store: it deletes key's bucket (a full bucket)
-// and drops key from the deny cache.
+// Reset implements addrlimit.Store: it deletes key's buckets (full
+// buckets) and drops key from the deny cache.
 func (s *Store) Reset(ctx context.Context, key string, p addrlimit.Policy) error {
 	_, err := s.do(ctx, key, p, opReset, 1)
 	return err
