@@ -189,19 +189,19 @@ func (sc *script) args(calls []*call) ([]string, []any) {
 	args := make([]any, argsPerCall*len(calls), argsPerCall*len(calls)+1+2*addrlimit.MaxLimits+1) // one policy, a test clock
 	type policy struct {
 		c  *call
-		at int // 1-based index in ARGV
+		at any // 1-based index in ARGV, boxed once
 	}
 	var seen []policy
 	for j, c := range calls {
 		keys[j] = c.key
-		at := 0
+		var at any
 		for _, p := range seen {
 			if p.c.limits == c.limits && p.c.interval == c.interval && p.c.burst == c.burst {
 				at = p.at
 				break
 			}
 		}
-		if at == 0 {
+		if at == nil {
 			at = len(args) + 1
 			args = append(args, c.limits)
 			for i := range c.limits {
