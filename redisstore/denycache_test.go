@@ -114,3 +114,34 @@ func one(res addrlimit.Result) addrlimit.Result {
 	res.Resets[0] = res.ResetAfter
 	return res
 }
+
+// With several limits, a denial is remembered with every limit's state:
+// a Take that any limit cannot pay yet is denied locally, with the longest
+// wait; one every limit can pay goes to Redis.
+func TestDenyCacheProvesAcrossEveryLimit(t *testing.T) {
+	c := newDenyCache(10)
+	now := time.Unix(1_700_000_000, 0)
+	p := addrlimit.Policy{Name: "p", Limits: []addrlimit.Limit{
+		{Name: "s", Burst: 5, Interval: time.Second}, // full in 1s: 4 tokens
+		{Name: "h", Burst: 3, Interval: time.Hour},   // full in 2h30m: 0.5 token
+	}}
+	denied := p.Result(false, 1, [addrlimit.MaxLimits]time.Duration{time.Second, 150 * time.Minute})
+	c.remember("k", now, denied, 1, p)
+	res, ok := c.lookup("k", now.Add(time.Minute), 1, p)
+	if !ok || res.Allowed || res.Remaining != 0 || res.RetryAfter != 29*time.Minute || res.Resets[0] != 0 || res.Resets[1] != 149*time.Minute {
+		t.Fatalf("Take of 1 a minute later, limit h 0.5 token short: %+v %v, want denied, RetryAfter 29m", res, ok)
+	}
+	if _, ok := c.lookup("k", now.Add(30*time.Minute), 1, p); ok {
+		t.Fatal("Take of 1 once limit h holds 1 token was denied locally")
+	}
+	// Limit s alone denies a Take of 3 (2 tokens) although limit h is full.
+	c.forget("k")
+	denied = p.Result(false, 3, [addrlimit.MaxLimits]time.Duration{3 * time.Second, 0})
+	c.remember("k", now, denied, 3, p)
+	if res, ok := c.lookup("k", now.Add(500*time.Millisecond), 3, p); !ok || res.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("Take of 3 with limit s at 2.5 tokens: %+v %v, want denied for 500ms", res, ok)
+	}
+	if _, ok := c.lookup("k", now.Add(500*time.Millisecond), 2, p); ok {
+		t.Fatal("Take of 2, which both limits can pay, was denied locally")
+	}
+}

@@ -348,3 +348,26 @@ func TestSeveralLimitsThroughAFleet(t *testing.T) {
 		t.Fatalf("the day limit is full in %v, want 24 h (3 of 3 charged): %+v", d, res)
 	}
 }
+
+// CheckPolicy accepts up to MaxLimits limits, and refuses a policy any of
+// whose limits is past the script's exact arithmetic (2^50 µs), naming it.
+func TestSeveralLimitsCheckPolicy(t *testing.T) {
+	needRedis(t)
+	s := newStore(t, shared.client(t))
+	const year = 8766 * time.Hour
+	four := addrlimit.Policy{Name: "four", Limits: append(append([]addrlimit.Limit(nil), three.Limits...), addrlimit.Limit{Name: "d", Burst: 1, Interval: 35 * year})}
+	if err := s.CheckPolicy(four); err != nil {
+		t.Fatalf("four limits, each within the bound: %v", err)
+	}
+	past := addrlimit.Policy{Name: "past", Limits: []addrlimit.Limit{three.Limits[0], {Name: "y", Burst: 1, Interval: 36 * year}}}
+	if err := s.CheckPolicy(past); err == nil || !strings.Contains(err.Error(), "35.7 years") {
+		t.Fatalf("a second limit of 1 per 36 years: %v, want an error naming the bound", err)
+	}
+	five := addrlimit.Policy{Name: "five", Limits: append(append([]addrlimit.Limit(nil), four.Limits...), addrlimit.Limit{Name: "e", Burst: 1, Interval: time.Second})}
+	if err := s.CheckPolicy(five); err == nil {
+		t.Fatal("five limits accepted")
+	}
+	if _, err := s.Take(context.Background(), "k", four, 1); err != nil {
+		t.Fatalf("Take under four limits: %v", err)
+	}
+}
