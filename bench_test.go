@@ -97,3 +97,22 @@ func BenchmarkDeniedOptions(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLimits: an allowed request on one hot address under a policy of
+// one limit and of three (10/s, 300/min, 10,000/day scaled so that the
+// budget never runs out), without quota fields (the decision alone) and
+// with the draft fields (one list member per limit).
+func BenchmarkLimits(b *testing.B) {
+	for _, headers := range []addrlimit.HeaderStyle{addrlimit.HeaderNone, addrlimit.HeaderDraft} {
+		for _, n := range []int{1, 3} {
+			b.Run(fmt.Sprintf("headers=%v/limits=%d", headers, n), func(b *testing.B) {
+				opts := []addrlimit.Option{addrlimit.WithHeaders(headers)}
+				if n == 3 {
+					opts = append(opts, addrlimit.WithLimit(1_000_000_000, time.Minute), addrlimit.WithLimit(1_000_000_000, time.Hour))
+				}
+				lim := mustNew(b, 1_000_000_000, time.Second, opts...)
+				benchServe(b, lim.Handler(noop), req("192.0.2.1:1234"))
+			})
+		}
+	}
+}

@@ -255,7 +255,7 @@ func ExampleNewLogObserver() {
 		h.ServeHTTP(httptest.NewRecorder(), r)
 	}
 	// Output:
-	// level=WARN msg="addrlimit: request with credentials limited" policy=default key=10.0.0.7 route=/agents/42/progress outcome=limited mode=enforced cost=1 remaining=0 retry_after=1h0m0s credentialed=true retired_token=false suppressed=0
+	// level=WARN msg="addrlimit: request with credentials limited" policy=default limit=1h key=10.0.0.7 route=/agents/42/progress outcome=limited mode=enforced cost=1 remaining=0 retry_after=1h0m0s credentialed=true retired_token=false suppressed=0
 }
 
 // Stats is cheap to read concurrently; publish it with expvar (or the

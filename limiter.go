@@ -4,14 +4,22 @@
 // few shared egress addresses is exempt by its internal bearer token, and
 // everyone else keeps exactly the limit they had.
 //
-//	tok, err := addrlimit.NewInternalToken(os.Getenv("INTERNAL_TOKEN"))
-//	lim, err := addrlimit.New(300, time.Minute, addrlimit.WithInternalToken(tok))
-//	mux.Handle("/internal/", tok.Require(internalRoutes)) // 401 without the token
-//	mux.Handle("/", publicRoutes)
-//	http.ListenAndServe(addr, lim.Handler(mux))
+//	tok, err := addrlimit.NewInternalToken(os.Getenv("INTERNAL_TOKEN")) // one or more secrets (rotation)
+//	if err != nil {
+//		log.Fatal(err) // says which secret is wrong and why, never what it is
+//	}
+//	lim, err := addrlimit.New(300, time.Minute, addrlimit.WithInternalToken(tok)) // 300/min per address
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	internalRoutes := http.NewServeMux() // your service-to-service API
+//	mux := http.NewServeMux()
+//	mux.Handle("/internal/", tok.Require(internalRoutes)) // the same check guards internal routes (401)
+//	mux.Handle("/", http.FileServer(http.Dir("public")))  // everything else
+//	log.Fatal(http.ListenAndServe(":8080", lim.Handler(mux)))
 //
-// Check both errors: they name the misconfiguration, never a secret. What
-// the package promises:
+// This is the README's quick start. The constructors' errors name the
+// misconfiguration, never a secret. What the package promises:
 //
 //   - Exemption is a bypass, by identity: a request that carries one of the
 //     token's secrets (compared in constant time, see [InternalToken]) or

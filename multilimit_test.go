@@ -201,6 +201,10 @@ func TestSeveralLimitsAllOrNothing(t *testing.T) {
 		}
 	}
 	wantRemaining(t, lim, "after 10 allowed and 5 denied (denials charge nothing)", 0, 290, 9990)
+	want := []addrlimit.LimitStats{{Name: "1s", Limited: 5}, {Name: "1m"}, {Name: "1d"}}
+	if got := lim.Stats().Policies[0].Limits; !slices.Equal(got, want) {
+		t.Fatalf("Stats by limit %v, want %v: the 1s limit denied 5", got, want)
+	}
 	// Refunds give back to every limit.
 	now = now.Add(time.Second)
 	lim.Refund(ctx, lim.AllowKey(ctx, "", "k", 3))

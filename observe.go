@@ -24,7 +24,9 @@ import (
 // most 1,001 lines of the first kind and 101 of the second. Every logged
 // string is cut to at most 256 bytes.
 //
-// Each line has the attributes policy, key, route (Decision.Route), outcome, mode ("enforced" or "dry_run"), cost, remaining, retry_after
+// Each line has the attributes policy, limit (the name of Decision.Limit:
+// for a limited request, the limit that denied it; empty when the quota is
+// unknown), key, route (Decision.Route), outcome, mode ("enforced" or "dry_run"), cost, remaining, retry_after
 // (rounded up to whole seconds), credentialed (the request carried an
 // Authorization header but was not exempt: a hint anyone can trigger),
 // retired_token (it carried a retired internal secret: one of your services,
@@ -129,6 +131,7 @@ func (o *LogObserver) Observe(ctx context.Context, d Decision) {
 	}
 	attrs := []slog.Attr{
 		slog.String("policy", d.Policy),
+		slog.String("limit", d.Limit().Name),
 		slog.String("key", key),
 		slog.String("route", truncate(d.Route, maxLogField)),
 		slog.String("outcome", d.Outcome.String()),

@@ -76,7 +76,7 @@ func TestLogObserverFields(t *testing.T) {
 			"msg": "addrlimit: request with credentials limited", "level": "WARN",
 			"key": "192.0.2.1", "route": "/v1/progress", "outcome": "limited",
 			"mode": "enforced", "remaining": "0", "retry_after": "1h0m0s", "credentialed": "true", "suppressed": "0",
-			"policy": "default", "cost": "1", "retired_token": "false",
+			"policy": "default", "limit": "1h", "cost": "1", "retired_token": "false",
 		}
 		for k, v := range want {
 			assert.Equal(t, v, lines[0][k], "field %s", k)

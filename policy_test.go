@@ -57,8 +57,8 @@ func TestPerIdentityPolicies(t *testing.T) {
 
 	s := lim.Stats()
 	require.Len(t, s.Policies, 2)
-	assert.Equal(t, addrlimit.PolicyStats{Name: "default", Allowed: 3, Limited: 6, Keys: 2}, s.Policies[0])
-	assert.Equal(t, addrlimit.PolicyStats{Name: "partner", Allowed: 10, Limited: 5, Keys: 2}, s.Policies[1])
+	assert.Equal(t, addrlimit.PolicyStats{Name: "default", Allowed: 3, Limited: 6, Limits: []addrlimit.LimitStats{{Name: "1h", Limited: 6}}, Keys: 2}, s.Policies[0])
+	assert.Equal(t, addrlimit.PolicyStats{Name: "partner", Allowed: 10, Limited: 5, Limits: []addrlimit.LimitStats{{Name: "1h", Limited: 5}}, Keys: 2}, s.Policies[1])
 	assert.Equal(t, s.Policies[0].Allowed+s.Policies[1].Allowed, s.Allowed)
 	assert.Equal(t, []addrlimit.Policy{{Name: "default", Limits: []addrlimit.Limit{{Name: "1h", Burst: 2, Interval: 30 * time.Minute}}}, {Name: "partner", Limits: []addrlimit.Limit{{Name: "1h", Burst: 5, Interval: 12 * time.Minute}}}}, lim.Policies())
 }

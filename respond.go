@@ -41,7 +41,7 @@ func (ps *policyState) state(d *Decision, never bool, each *[MaxLimits]headers.M
 		Never:      never,
 		Tight:      int(d.tight),
 	}
-	if len(ps.Limits) > 1 {
+	if ps.headers.Lists() {
 		s.Each = ps.members(d, each)
 	}
 	return s

@@ -46,7 +46,18 @@ type Stats struct {
 type PolicyStats struct {
 	Name             string
 	Allowed, Limited uint64
-	Keys             int
+	// Limits breaks Limited down by the limit that denied (Decision.Limit),
+	// one entry per limit in the policy's order. The denials that no limit
+	// made (FailClosed, a cost over the burst: Decision.QuotaUnknown) are
+	// in Limited only.
+	Limits []LimitStats
+	Keys   int
+}
+
+// LimitStats are the counters of one limit of a policy.
+type LimitStats struct {
+	Name    string
+	Limited uint64
 }
 
 // Stats returns the counters. It is safe to call concurrently with requests
@@ -71,7 +82,11 @@ func (l *Limiter) Stats() Stats {
 			Name:    ps.Name,
 			Allowed: t.Allowed + ps.allowed.Load(),
 			Limited: t.Limited + ps.limited.Load(),
+			Limits:  make([]LimitStats, len(ps.Limits)),
 			Keys:    t.Keys,
+		}
+		for i, lim := range ps.Limits {
+			p.Limits[i] = LimitStats{Name: lim.Name, Limited: t.LimitedBy[i] + ps.limitedBy[i].Load()}
 		}
 		s.Policies = append(s.Policies, p)
 		s.Allowed += p.Allowed

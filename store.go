@@ -3,6 +3,7 @@ package addrlimit
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"time"
 
@@ -122,6 +123,23 @@ func (lim Limit) name() string {
 	return strconv.Itoa(w) + "s"
 }
 
+// wait is read's wait, without its division.
+func (lim Limit) wait(full time.Duration, need int) time.Duration {
+	return max(max(full, 0)+time.Duration(need)*lim.Interval-lim.tau(), 0)
+}
+
+// fewer reports whether a bucket of lim full after full holds fewer tokens,
+// fractions counted, than a bucket of o full after ofull:
+// (tau - full) / Interval < (o.tau - ofull) / o.Interval, both sides
+// non-negative, multiplied out in 128 bits.
+func (lim Limit) fewer(full time.Duration, o Limit, ofull time.Duration) bool {
+	a := uint64(max(lim.tau()-max(full, 0), 0))
+	b := uint64(max(o.tau()-max(ofull, 0), 0))
+	ahi, alo := bits.Mul64(a, uint64(o.Interval))
+	bhi, blo := bits.Mul64(b, uint64(lim.Interval))
+	return ahi < bhi || ahi == bhi && alo < blo
+}
+
 // tau is lim's full refill time: Burst × Interval.
 func (lim Limit) tau() time.Duration { return time.Duration(lim.Burst) * lim.Interval }
 
@@ -185,8 +203,7 @@ const DefaultPolicyName = "default"
 // may use to fill it in): Remaining, RetryAfter and ResetAfter report the
 // tightest limit, the one with the longest wait for the tokens the call
 // needed (n for a denied Take of n, else 1), or if no limit must wait, the
-// one with the fewest whole tokens left (of equals, the one full last; then
-// the first).
+// one holding the fewest tokens, fractions counted (of equals, the first).
 type Result struct {
 	// Allowed reports, for Take, whether the tokens were charged (to every
 	// limit); for Peek and Refund, whether every limit holds at least one
@@ -220,18 +237,27 @@ func (p Policy) Result(allowed bool, need int, resets [MaxLimits]time.Duration) 
 	return res
 }
 
-// result is Result, and the index of the tightest limit.
+// result is Result, and the index of the tightest limit. It divides once,
+// however many limits p has: the limits are compared by their waits, and
+// by their tokens as fractions compared by cross-multiplication.
 func (p Policy) result(allowed bool, need int, resets [MaxLimits]time.Duration) (res Result, tight int) {
-	res = Result{Allowed: allowed, Resets: resets}
-	for i, lim := range p.Limits {
-		remaining, wait := lim.read(resets[i], need)
-		full := max(resets[i], 0)
-		if i == 0 || wait > res.RetryAfter ||
-			wait == res.RetryAfter && wait == 0 && (remaining < res.Remaining || remaining == res.Remaining && full > res.ResetAfter) {
-			res.Remaining, res.RetryAfter, res.ResetAfter, tight = remaining, wait, full, i
+	if len(p.Limits) > 1 {
+		var longest time.Duration
+		for i, lim := range p.Limits {
+			if wait := lim.wait(resets[i], need); wait > longest {
+				longest, tight = wait, i
+			}
+		}
+		if longest == 0 {
+			for i := 1; i < len(p.Limits); i++ {
+				if p.Limits[i].fewer(resets[i], p.Limits[tight], resets[tight]) {
+					tight = i
+				}
+			}
 		}
 	}
-	return res, tight
+	remaining, wait := p.Limits[tight].read(resets[tight], need)
+	return Result{Allowed: allowed, Remaining: remaining, RetryAfter: wait, ResetAfter: max(resets[tight], 0), Resets: resets}, tight
 }
 
 // tightest is the index of the tightest limit of res, a Result of a call

@@ -18,6 +18,7 @@
 //
 //	OpenTelemetry                    instrument                    unit       Prometheus (promcollector)
 //	addrlimit.requests               Int64ObservableCounter        {request}  addrlimit_requests_total{policy,outcome}
+//	addrlimit.limit_denials          Int64ObservableCounter        {request}  addrlimit_limit_denials_total{policy,limit}
 //	addrlimit.refunded               Int64ObservableCounter        {request}  addrlimit_refunded_total
 //	addrlimit.credentialed_limited   Int64ObservableCounter        {request}  addrlimit_credentialed_limited_total
 //	addrlimit.retired_token_limited  Int64ObservableCounter        {request}  addrlimit_retired_token_limited_total
@@ -31,7 +32,10 @@
 // addrlimit.requests has the attributes policy and outcome: "allowed" and
 // "limited" (dry-run decisions included) for each policy, and "exempt" with
 // policy="" (exempt requests bypass the limiter before a policy is chosen; no
-// policy can have the empty name). addrlimit.keys has the attribute policy.
+// policy can have the empty name). addrlimit.limit_denials has the
+// attributes policy and limit: the limited requests of each limit of each
+// policy, by the limit that denied them (Decision.Limit). addrlimit.keys has
+// the attribute policy.
 // With WithName every observation also carries the attribute limiter. Counters
 // saturate at the largest int64 instead of wrapping.
 //
@@ -77,6 +81,7 @@ type Collector struct {
 
 type instruments struct {
 	requests, refunded, credentialed, retired metric.Int64ObservableCounter
+	denials                                   metric.Int64ObservableCounter
 	keyErrors, storeErrors, evictions         metric.Int64ObservableCounter
 	keys, approxKeys                          metric.Int64ObservableUpDownCounter
 	approxFill                                metric.Float64ObservableGauge
@@ -106,6 +111,7 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 		return c
 	}
 	in.requests = counter("addrlimit.requests", "{request}", `Requests decided by the rate limiter: allowed or limited (dry-run included) per policy, exempt with policy="".`)
+	in.denials = counter("addrlimit.limit_denials", "{request}", "Limited requests (dry-run included) by the limit of their policy that denied them.")
 	in.refunded = counter("addrlimit.refunded", "{request}", "Allowed requests whose tokens were given back because of their response status (WithRefund).")
 	in.credentialed = counter("addrlimit.credentialed_limited", "{request}", "Limited requests that carried an Authorization header. A weak hint: any client can send one.")
 	in.retired = counter("addrlimit.retired_token_limited", "{request}", "Limited requests that carried a retired internal token secret: a caller that missed a rotation, or a leaked old secret.")
@@ -138,6 +144,9 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 			o.ObserveInt64(in.requests, clamp(p.Allowed), attrs(policy, attribute.String("outcome", "allowed")))
 			o.ObserveInt64(in.requests, clamp(p.Limited), attrs(policy, attribute.String("outcome", "limited")))
 			o.ObserveInt64(in.keys, int64(p.Keys), attrs(policy))
+			for _, l := range p.Limits {
+				o.ObserveInt64(in.denials, clamp(l.Limited), attrs(policy, attribute.String("limit", l.Name)))
+			}
 		}
 		o.ObserveInt64(in.requests, clamp(s.Exempt), attrs(attribute.String("policy", ""), attribute.String("outcome", "exempt")))
 		o.ObserveInt64(in.refunded, clamp(s.Refunded), plain)
@@ -151,7 +160,7 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 		return nil
 	}
 	reg, err := meter.RegisterCallback(observe,
-		in.requests, in.refunded, in.credentialed, in.retired, in.keyErrors, in.storeErrors, in.evictions,
+		in.requests, in.denials, in.refunded, in.credentialed, in.retired, in.keyErrors, in.storeErrors, in.evictions,
 		in.keys, in.approxKeys, in.approxFill)
 	if err != nil {
 		return nil, fmt.Errorf("otelcollector: registering the callback: %w", err)

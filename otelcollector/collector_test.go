@@ -154,6 +154,8 @@ func TestCollectorExactValues(t *testing.T) {
 		"addrlimit.requests{limiter=public,outcome=allowed,policy=login}":   "2",
 		"addrlimit.requests{limiter=public,outcome=limited,policy=login}":   "1",
 		"addrlimit.requests{limiter=public,outcome=exempt,policy=}":         "4",
+		"addrlimit.limit_denials{limit=1h,limiter=public,policy=default}":   "8",
+		"addrlimit.limit_denials{limit=1h,limiter=public,policy=login}":     "1",
 		"addrlimit.refunded{limiter=public}":                                "4",
 		"addrlimit.credentialed_limited{limiter=public}":                    "4",
 		"addrlimit.retired_token_limited{limiter=public}":                   "2",
@@ -168,6 +170,7 @@ func TestCollectorExactValues(t *testing.T) {
 	counter := func(unit string) string { return unit + " sum monotonic=true CumulativeTemporality" }
 	diff(t, "instrument", shapes, map[string]string{
 		"addrlimit.requests":              counter("{request}"),
+		"addrlimit.limit_denials":         counter("{request}"),
 		"addrlimit.refunded":              counter("{request}"),
 		"addrlimit.credentialed_limited":  counter("{request}"),
 		"addrlimit.retired_token_limited": counter("{request}"),
@@ -197,8 +200,8 @@ func TestCollectorReadsAtCollection(t *testing.T) {
 	if got := points[limited]; got != "0" {
 		t.Fatalf("before traffic: %s = %q, want 0", limited, got)
 	}
-	if got, want := len(points), 3*1+9; got != want {
-		t.Fatalf("%d data points, want %d (3 per policy plus 9)", got, want)
+	if got, want := len(points), 3*1+1+9; got != want {
+		t.Fatalf("%d data points, want %d (3 per policy, 1 per limit, plus 9)", got, want)
 	}
 	r := httptest.NewRequest("GET", "/", nil)
 	for range 3 {

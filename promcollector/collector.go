@@ -4,7 +4,7 @@
 // The collector reads Limiter.Stats once per scrape, so it adds nothing to the
 // request path: no observer, no per-request allocation, no per-key label. The
 // cardinality is fixed by the limiter's configuration: 3 series per policy
-// plus 9. Several limiters can share a registry when each collector has its
+// and 1 per limit of a policy (at most addrlimit.MaxLimits), plus 9. Several limiters can share a registry when each collector has its
 // own name, exported as the constant label "limiter".
 //
 //	reg.MustRegister(promcollector.New(publicLimiter, "public"), promcollector.New(loginLimiter, "login"))
@@ -15,6 +15,8 @@
 //
 //	addrlimit_requests_total{policy,outcome}  counter  decisions; outcome is "allowed" or "limited" (dry-run
 //	                                                   included) per policy, and "exempt" with policy=""
+//	addrlimit_limit_denials_total{policy,limit} counter limited requests by the limit that denied them
+//	                                                   (Decision.Limit; FailClosed and costs over the burst in none)
 //	addrlimit_refunded_total                  counter  allowed requests given their tokens back by WithRefund
 //	addrlimit_credentialed_limited_total      counter  limited requests that carried an Authorization header
 //	                                                   (weak hint: anyone can send one)
@@ -49,6 +51,7 @@ import (
 type Collector struct {
 	lim                                       *addrlimit.Limiter
 	requests, refunded, credentialed, retired *prometheus.Desc
+	denials                                   *prometheus.Desc
 	keyErrors, storeErrors, evictions         *prometheus.Desc
 	keys, approxKeys, approxFill              *prometheus.Desc
 }
@@ -72,6 +75,7 @@ func New(lim *addrlimit.Limiter, name string) *Collector {
 	return &Collector{
 		lim:          lim,
 		requests:     desc("requests_total", `Requests decided by the rate limiter: allowed or limited (dry-run included) per policy, exempt with policy="".`, "policy", "outcome"),
+		denials:      desc("limit_denials_total", "Limited requests (dry-run included) by the limit of their policy that denied them.", "policy", "limit"),
 		refunded:     desc("refunded_total", "Allowed requests whose tokens were given back because of their response status (WithRefund)."),
 		credentialed: desc("credentialed_limited_total", "Limited requests that carried an Authorization header. A weak hint: any client can send one."),
 		retired:      desc("retired_token_limited_total", "Limited requests that carried a retired internal token secret: a caller that missed a rotation, or a leaked old secret."),
@@ -87,7 +91,7 @@ func New(lim *addrlimit.Limiter, name string) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.requests, c.refunded, c.credentialed, c.retired, c.keyErrors, c.storeErrors, c.evictions,
+		c.requests, c.denials, c.refunded, c.credentialed, c.retired, c.keyErrors, c.storeErrors, c.evictions,
 		c.keys, c.approxKeys, c.approxFill,
 	} {
 		ch <- d
@@ -106,6 +110,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range s.Policies {
 		counter(c.requests, p.Allowed, p.Name, "allowed")
 		counter(c.requests, p.Limited, p.Name, "limited")
+		for _, l := range p.Limits {
+			counter(c.denials, l.Limited, p.Name, l.Name)
+		}
 		gauge(c.keys, float64(p.Keys), p.Name)
 	}
 	counter(c.requests, s.Exempt, "", "exempt")

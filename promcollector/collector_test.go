@@ -101,12 +101,13 @@ func TestCollectorCounts(t *testing.T) {
 func TestCollectorCardinalityIsFixed(t *testing.T) {
 	lim := newLimiter(t)
 	c := promcollector.New(lim, "")
-	// 3 series per policy (allowed, limited, keys) plus 9, whatever the traffic.
-	if got, want := testutil.CollectAndCount(c), 3*2+9; got != want {
+	// 3 series per policy (allowed, limited, keys), 1 per limit (one each
+	// here) plus 9, whatever the traffic.
+	if got, want := testutil.CollectAndCount(c), 3*2+2+9; got != want {
 		t.Fatalf("%d series, want %d", got, want)
 	}
 	traffic(t, lim)
-	if got, want := testutil.CollectAndCount(c), 3*2+9; got != want {
+	if got, want := testutil.CollectAndCount(c), 3*2+2+9; got != want {
 		t.Fatalf("after traffic: %d series, want %d", got, want)
 	}
 }

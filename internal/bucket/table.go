@@ -59,9 +59,11 @@ const (
 // hold for each limit: a key evicted has the state of each limit merged into
 // that limit's approximate memory.
 type Table struct {
-	policy Policy      // the first limit
-	clock  sketchClock // the first limit's
-	more   []limit     // the further limits, if any
+	policy Policy            // the first limit
+	clock  sketchClock       // the first limit's
+	more   []limit           // the further limits, if any
+	all    [MaxLimits]Policy // every limit's policy, for the loops over them
+	n      int               // the number of limits
 	shards []shard
 	mask   uint64
 }
@@ -112,8 +114,10 @@ func NewTable(policy Policy, maxKeys int, more ...Policy) *Table {
 		n *= 2
 	}
 	t := &Table{policy: policy, clock: newSketchClock(policy.tau), shards: make([]shard, n), mask: uint64(n - 1)}
-	for _, p := range more {
+	t.all[0], t.n = policy, 1+len(more)
+	for i, p := range more {
 		t.more = append(t.more, limit{policy: p, clock: newSketchClock(p.tau)})
+		t.all[1+i] = p
 	}
 	for i := range t.shards {
 		c := maxKeys / n
@@ -130,7 +134,7 @@ func NewTable(policy Policy, maxKeys int, more ...Policy) *Table {
 }
 
 // limits is the number of the table's limits.
-func (t *Table) limits() int { return 1 + len(t.more) }
+func (t *Table) limits() int { return t.n }
 
 // limit returns limit j's policy and sketch clock.
 func (t *Table) limit(j int) (Policy, sketchClock) {
@@ -239,8 +243,8 @@ func (t *Table) takeAll(s *shard, h uint64, now, n int64) (allowed bool, denier 
 	i, ok := s.states(t, h, now, &tats)
 	allowed = true
 	var longest int64
-	for j := range t.limits() {
-		p, _ := t.limit(j)
+	for j := range t.n {
+		p := &t.all[j]
 		var okj bool
 		if next[j], okj = p.Take(tats[j], now, n); !okj {
 			// The wait for n tokens: until next - tau is now.

@@ -145,6 +145,10 @@ func NewMulti(style uint8, name string, limits []Limit) *Writer {
 	return w
 }
 
+// Lists reports whether w reports several limits in a list (Draft style,
+// several limits): only then does Write read State.Each.
+func (w *Writer) Lists() bool { return w.each != nil && w.style == Draft }
+
 // New pre-renders the fields of the policy called name: a bucket of
 // capacity burst refilled one token per interval, in style (Draft,
 // XRateLimit or None). The caller validates the policy: CheckName(name),
