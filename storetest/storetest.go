@@ -56,22 +56,27 @@ func Run(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("storetest: Harness.New is nil")
 	}
-	runCases(t, h, h.New)
+	runCases(t, h, func(s addrlimit.Store) addrlimit.Store { return s })
 	t.Run("behind-FailLocal", func(t *testing.T) {
-		runCases(t, h, func(t *testing.T) addrlimit.Store {
-			return storehook.BehindFailLocal(h.New(t), 1000).(addrlimit.Store)
+		runCases(t, h, func(s addrlimit.Store) addrlimit.Store {
+			return storehook.BehindFailLocal(s, 1000).(addrlimit.Store)
 		})
 	})
 }
 
-func runCases(t *testing.T, h Harness, newStore func(*testing.T) addrlimit.Store) {
+// runCases runs every case on wrap of a new store.
+func runCases(t *testing.T, h Harness, wrap func(addrlimit.Store) addrlimit.Store) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			run := func(t *testing.T) {
+				store := h.New(t)
+				c.run(&suite{T: t, h: h, s: wrap(store), store: store})
+			}
 			if h.Bubble {
-				synctest.Test(t, func(t *testing.T) { c.run(&suite{T: t, h: h, s: newStore(t)}) })
+				synctest.Test(t, run)
 				return
 			}
-			c.run(&suite{T: t, h: h, s: newStore(t)})
+			run(t)
 		})
 	}
 }
@@ -79,8 +84,9 @@ func runCases(t *testing.T, h Harness, newStore func(*testing.T) addrlimit.Store
 // suite is one subtest's state.
 type suite struct {
 	*testing.T
-	h Harness
-	s addrlimit.Store
+	h     Harness
+	s     addrlimit.Store // the store under test, perhaps behind FailLocal
+	store addrlimit.Store // the store Harness.New returned
 }
 
 func (s *suite) take(key string, p addrlimit.Policy, n int) addrlimit.Result {
@@ -413,7 +419,7 @@ func (s *suite) several() addrlimit.Policy {
 		{Name: "short", Burst: 3, Interval: 100 * time.Millisecond},
 		{Name: "long", Burst: 5, Interval: time.Hour},
 	}}
-	if pc, ok := s.s.(addrlimit.PolicyChecker); ok {
+	if pc, ok := s.store.(addrlimit.PolicyChecker); ok {
 		if err := pc.CheckPolicy(p); err != nil {
 			s.Skipf("the store refuses several limits: %v", err)
 		}
