@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/addrlimit/addrlimit"
 )
 
 // The batcher sends concurrent calls to Redis together.
@@ -51,16 +53,20 @@ type batcher struct {
 	inflight int
 }
 
-// A call is one Store operation on one Redis key, on its way to Redis.
+// A call is one Store operation on the buckets of one key under a policy
+// (one Redis key), on its way to Redis.
 type call struct {
-	key                string
-	op                 int
-	n, interval, burst int64    // interval in whole µs
-	br                 *breaker // of the node that holds key
-	reply              [argsPerKey]int64
-	sent               time.Time // when the round trip that answered it was sent
-	err                error
-	lead               chan bool // queued calls only, buffered: true = lead, false = answered
+	key      string
+	limits   int // how many of interval and burst are used
+	op       int
+	n        int64
+	interval [addrlimit.MaxLimits]int64 // in whole µs
+	burst    [addrlimit.MaxLimits]int64
+	br       *breaker                       // of the node that holds key
+	reply    [1 + addrlimit.MaxLimits]int64 // allowed, then each limit's µs until full
+	sent     time.Time                      // when the round trip that answered it was sent
+	err      error
+	lead     chan bool // queued calls only, buffered: true = lead, false = answered
 }
 
 // maxInflight bounds the batches in flight per store. Two keep the

@@ -118,6 +118,9 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	})
+	t.Run("several limits equal x/time/rate", func(t *testing.T) {
+		differential(t, 20_000, func(t testing.TB) redis.UniversalClient { return clusterClient(t, nodes) })
+	})
 	t.Run("a master killed", func(t *testing.T) { killOneMaster(t, nodes) })
 }
 

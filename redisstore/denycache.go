@@ -7,15 +7,20 @@ import (
 	"github.com/addrlimit/addrlimit"
 )
 
-// denyCache remembers, per key, the bucket state of Redis's last denial (the
-// time the bucket is full again, from which the tokens at any later time
-// follow), and denies locally every Take that state proves cannot have its
-// tokens yet, whatever its cost. An entry lasts one refill interval at most
-// (and not past the time the denied cost could be paid), so that a Refund or
-// Reset made through another instance is seen here within one interval. Its
-// zero capacity (or a nil *denyCache) disables it. It is bounded: when full,
-// it first drops expired entries, and if none expired it does not remember
-// the new key (which only costs a round trip). Safe for concurrent use.
+// denyCache remembers, per key, the buckets' state of Redis's last denial
+// (for each limit of the policy, the time its bucket is full again, from
+// which its tokens at any later time follow), and denies locally every Take
+// that state proves cannot have its tokens yet in some limit, whatever its
+// cost. An entry lasts one refill interval (of the policy's slowest limit)
+// at most, and not past the time the denied cost could be paid, so that a
+// Refund or Reset made through another instance is seen here within one
+// interval. Its zero capacity (or a nil *denyCache) disables it. It is
+// bounded: when full, it first drops expired entries, and if none expired
+// it does not remember the new key (which only costs a round trip). Safe for
+// concurrent use.
+//
+// A key (the Redis key of the buckets) names the policy's limits too (see
+// redisKey), so the policy given with it is the one remembered.
 type denyCache struct {
 	max int
 
@@ -28,18 +33,26 @@ type denyCache struct {
 // a flood of new limited keys cannot make each request scan the cache.
 const sweepEvery = time.Second
 
-// A denial is a bucket state Redis reported, on the local clock.
+// A denial is the buckets' state Redis reported, on the local clock.
 type denial struct {
-	until         time.Time // the entry is dropped then
-	resetAt       time.Time // the bucket is full again: its theoretical arrival time
-	interval, tau time.Duration
+	until time.Time // the entry is dropped then
+	// full holds, per limit, when its bucket is full again (its
+	// theoretical arrival time), as an offset from until.
+	full [addrlimit.MaxLimits]time.Duration
 }
 
-// allowedAt returns when a Take of n tokens can succeed, unless another
-// instance takes or refunds meanwhile: n intervals after the bucket was
-// last a burst (tau) from full.
-func (d denial) allowedAt(n int) time.Time {
-	return d.resetAt.Add(time.Duration(n)*d.interval - d.tau)
+// allowedAt returns when a Take of n tokens can succeed under p, unless
+// another instance takes or refunds meanwhile: when every limit's bucket was
+// last a burst from full n intervals ago.
+func (d denial) allowedAt(p addrlimit.Policy, n int) time.Time {
+	var wait time.Duration
+	for i, lim := range p.Limits {
+		w := d.full[i] + time.Duration(n)*lim.Interval - time.Duration(lim.Burst)*lim.Interval
+		if i == 0 || w > wait {
+			wait = w
+		}
+	}
+	return d.until.Add(wait)
 }
 
 func newDenyCache(max int) *denyCache {
@@ -49,47 +62,45 @@ func newDenyCache(max int) *denyCache {
 	return &denyCache{max: max, entries: make(map[string]denial)}
 }
 
-// lookup returns the denied Result of a Take of n tokens for key at now if
-// the remembered state proves that n tokens do not exist yet.
-func (c *denyCache) lookup(key string, now time.Time, n int) (addrlimit.Result, bool) {
+// lookup returns the denied Result of a Take of n tokens for key under p
+// at now if the remembered state proves that n tokens do not exist yet in
+// some limit.
+func (c *denyCache) lookup(key string, now time.Time, n int, p addrlimit.Policy) (addrlimit.Result, bool) {
 	if c == nil {
 		return addrlimit.Result{}, false
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	d, ok := c.entries[key]
-	if !ok {
-		return addrlimit.Result{}, false
-	}
-	if !now.Before(d.until) {
+	if ok && !now.Before(d.until) {
 		delete(c.entries, key)
+		ok = false
+	}
+	c.mu.Unlock()
+	if !ok || !now.Before(d.allowedAt(p, n)) {
 		return addrlimit.Result{}, false
 	}
-	at := d.allowedAt(n)
-	if !now.Before(at) {
-		return addrlimit.Result{}, false
+	var resets [addrlimit.MaxLimits]time.Duration
+	for i := range p.Limits {
+		resets[i] = max(d.until.Add(d.full[i]).Sub(now), 0)
 	}
-	res := addrlimit.Result{
-		Remaining:  int(max(0, (now.Sub(d.resetAt)+d.tau)/d.interval)),
-		RetryAfter: at.Sub(now),
-		ResetAfter: d.resetAt.Sub(now),
-	}
-	res.Resets[0] = res.ResetAfter
-	return res, true
+	return p.Result(false, n, resets), true
 }
 
 // remember records key's state from res, Redis's answer to a Take of n
-// tokens sent at sent, under a refill interval and burst: a denial is
-// remembered, an answer for a remembered key updates its state. sent is
-// no later than Redis's clock when it answered, so the cache never denies
-// longer than Redis would.
-func (c *denyCache) remember(key string, sent time.Time, res addrlimit.Result, n int, interval time.Duration, burst int) {
+// tokens under p sent at sent: a denial is remembered, an answer for a
+// remembered key updates its state. sent is no later than Redis's clock
+// when it answered, so the cache never denies longer than Redis would.
+func (c *denyCache) remember(key string, sent time.Time, res addrlimit.Result, n int, p addrlimit.Policy) {
 	if c == nil {
 		return
 	}
-	d := denial{resetAt: sent.Add(res.ResetAfter), interval: interval, tau: time.Duration(burst) * interval}
-	d.until = d.allowedAt(n)
-	if limit := sent.Add(interval); limit.Before(d.until) {
+	var slowest time.Duration
+	for _, lim := range p.Limits {
+		slowest = max(slowest, lim.Interval)
+	}
+	d := denial{until: sent, full: res.Resets} // offsets from sent, for now
+	d.until = d.allowedAt(p, n)
+	if limit := sent.Add(slowest); limit.Before(d.until) {
 		d.until = limit
 	}
 	c.mu.Lock()
@@ -97,13 +108,18 @@ func (c *denyCache) remember(key string, sent time.Time, res addrlimit.Result, n
 	old, ok := c.entries[key]
 	if res.Allowed {
 		if ok {
-			old.resetAt = d.resetAt
+			for i := range p.Limits {
+				old.full[i] = sent.Add(res.Resets[i]).Sub(old.until)
+			}
 			c.entries[key] = old
 		}
 		return
 	}
 	if !sent.Before(d.until) {
 		return
+	}
+	for i := range p.Limits {
+		d.full[i] = sent.Add(res.Resets[i]).Sub(d.until)
 	}
 	if !ok && len(c.entries) >= c.max {
 		if sent.Before(c.nextSweep) {

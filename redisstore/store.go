@@ -11,23 +11,28 @@
 // Each decision runs GCRA atomically in a Lua script with Redis TIME as the
 // only clock, so instance clocks need not agree; it equals the in-memory
 // store's decision at microsecond resolution (refill intervals are rounded
-// to whole microseconds). A bucket is one Redis key, which expires once the
-// bucket is full again. Concurrent calls share round trips (WithMaxBatch); a
-// lone call is sent at once. A key whose value Redis cannot use (a value of
-// another type) fails its own calls only.
+// to whole microseconds). A policy of several limits is decided in the same
+// script call, all or nothing: one Redis TIME reading for every limit, each
+// checked before any is charged. A key's buckets under a policy are one
+// Redis key, which expires once every bucket is full again. Concurrent
+// calls share round trips (WithMaxBatch); a lone call is sent at once. A key
+// whose value Redis cannot use (a value of another type) fails its own
+// calls only.
 //
 // # Keys
 //
-// The Redis key of a bucket is
+// The Redis key of a key's buckets under a policy is
 //
 //	prefix + policy name + "/" + burst + "/" + interval in ns + ":k:" + key
 //
-// so policies that differ in name, burst or interval never share a bucket,
-// and instances with equal policies share every bucket. A key longer than
+// with "/" + burst + "/" + interval in ns for each limit, in order, so
+// policies that differ in name or in any limit's burst or interval never
+// share a bucket, and instances with equal policies share every bucket. A key longer than
 // 200 bytes is replaced by its SHA-256, under ":h:" + hex, a namespace no
-// literal key reaches. In a Redis Cluster any key layout works; keys with
-// one hash tag ("{user42}:login", "{user42}:api") share a slot, so a hash
-// tag in the prefix would put every bucket in one slot.
+// literal key reaches. In a Redis Cluster any key layout works (a decision,
+// whatever its limits, touches one key); keys with one hash tag
+// ("{user42}:login", "{user42}:api") share a slot, so a hash tag in the
+// prefix would put every bucket in one slot.
 //
 // # Redis configuration
 //
@@ -311,49 +316,53 @@ func (s *Store) connect(ctx context.Context, c redis.UniversalClient, pipelines 
 	return failed
 }
 
-// CheckPolicy implements addrlimit.PolicyChecker: it refuses a policy whose
-// burst × interval exceeds 2^50 µs (about 35.7 years), the bound of the
-// script's exact arithmetic, or whose name is invalid.
+// CheckPolicy implements addrlimit.PolicyChecker: it refuses a policy with
+// a limit whose burst × interval exceeds 2^50 µs (about 35.7 years), the
+// bound of the script's exact arithmetic, or that Policy.Validate refuses.
 func (s *Store) CheckPolicy(p addrlimit.Policy) error {
-	_, _, err := checkPolicy(p, 1)
+	_, err := checkPolicy(p, 1)
 	return err
 }
 
-// Take implements addrlimit.Store: one round trip (shared with concurrent
-// calls), or none when the deny cache already knows the key is empty. Errors
+// Take implements addrlimit.Store: n from every limit of p or from none, in
+// one round trip (shared with concurrent calls), or none when the deny cache
+// already knows that some limit of the key cannot pay n yet. Errors
 // (including the timeout and an open circuit) start with "redisstore: ".
 func (s *Store) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
 	return s.do(ctx, key, p, opTake, n)
 }
 
-// Refund implements addrlimit.Store: it gives n tokens back to key's bucket,
-// never above full, and drops key from the deny cache.
+// Refund implements addrlimit.Store: it gives n tokens back to each of key's
+// buckets, none above full, and drops key from the deny cache.
 func (s *Store) Refund(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
 	return s.do(ctx, key, p, opRefund, n)
 }
 
-// Peek implements addrlimit.Store: it reports key's bucket without changing
-// it. It always asks Redis.
+// Peek implements addrlimit.Store: it reports key's buckets without
+// changing them. It always asks Redis.
 func (s *Store) Peek(ctx context.Context, key string, p addrlimit.Policy) (addrlimit.Result, error) {
 	return s.do(ctx, key, p, opPeek, 1)
 }
 
-// Reset implements addrlimit.Store: it deletes key's bucket (a full bucket)
-// and drops key from the deny cache.
+// Reset implements addrlimit.Store: it deletes key's buckets (full
+// buckets) and drops key from the deny cache.
 func (s *Store) Reset(ctx context.Context, key string, p addrlimit.Policy) error {
 	_, err := s.do(ctx, key, p, opReset, 1)
 	return err
 }
 
 func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n int) (addrlimit.Result, error) {
-	lim, interval, err := checkPolicy(p, n)
+	lims, err := checkPolicy(p, n)
 	if err != nil {
 		return addrlimit.Result{}, err
 	}
+	// q is p as the script runs it: intervals in whole µs.
+	q := addrlimit.Policy{Name: p.Name, Limits: lims[:len(p.Limits)]}
 	rkey := s.redisKey(key, p)
+	c := &call{key: rkey, limits: len(q.Limits), op: op, n: int64(n)}
 	switch op {
 	case opTake:
-		if res, ok := s.deny.lookup(rkey, time.Now(), n); ok {
+		if res, ok := s.deny.lookup(rkey, time.Now(), n, q); ok {
 			return res, nil
 		}
 	case opRefund, opReset:
@@ -368,7 +377,10 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	if err := br.check(); err != nil {
 		return addrlimit.Result{}, err
 	}
-	c := &call{key: rkey, op: op, n: int64(n), interval: int64(interval / time.Microsecond), burst: int64(lim.Burst), br: br}
+	c.br = br
+	for i, lim := range q.Limits {
+		c.interval[i], c.burst[i] = int64(lim.Interval/time.Microsecond), int64(lim.Burst)
+	}
 	if s.batch != nil {
 		s.batch.do(ctx, c)
 	} else {
@@ -377,18 +389,24 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 	if c.err != nil {
 		return addrlimit.Result{}, fmt.Errorf("redisstore: %w", c.err)
 	}
-	res := addrlimit.Result{
-		Allowed:    c.reply[0] == 1,
-		Remaining:  int(c.reply[1]),
-		RetryAfter: time.Duration(c.reply[2]) * time.Microsecond,
-		ResetAfter: time.Duration(c.reply[3]) * time.Microsecond,
+	var resets [addrlimit.MaxLimits]time.Duration
+	for i := range q.Limits {
+		resets[i] = time.Duration(c.reply[1+i]) * time.Microsecond
 	}
-	res.Resets[0] = res.ResetAfter
+	take := op == opTake || op >= opTakeDebt // with or without a debt
+	need := 1
+	if take && c.reply[0] != 1 {
+		need = n
+	}
+	res := q.Result(c.reply[0] == 1, need, resets)
 	switch {
-	case op == opTake || op >= opTakeDebt: // a Take, with or without a debt
-		s.deny.remember(rkey, c.sent, res, n, interval, lim.Burst)
+	case take:
+		s.deny.remember(rkey, c.sent, res, n, q)
 	case op == opRefund || op == opReset:
 		s.deny.forget(rkey)
+		res.Allowed = res.Remaining >= 1
+	default: // Peek
+		res.Allowed = res.Remaining >= 1
 	}
 	return res, nil
 }
@@ -534,32 +552,35 @@ func (s *Store) masterGone(ctx context.Context, addr string) bool {
 	return err == nil && !found.Load()
 }
 
-// checkPolicy validates p and n and returns p's one limit and its refill
-// interval rounded to whole microseconds (at least 1 µs). A policy of
-// several limits is refused: the script keeps one bucket per key.
-func checkPolicy(p addrlimit.Policy, n int) (addrlimit.Limit, time.Duration, error) {
+// checkPolicy validates p and n and returns p's limits with each refill
+// interval rounded to whole microseconds (at least 1 µs), as the script
+// runs them.
+func checkPolicy(p addrlimit.Policy, n int) ([addrlimit.MaxLimits]addrlimit.Limit, error) {
+	var lims [addrlimit.MaxLimits]addrlimit.Limit
 	// The Limiter's one rule for a policy. The empty name, which a Limiter
 	// never passes, is a namespace of its own for direct callers.
 	if p.Name != "" {
 		if err := p.Validate(); err != nil {
-			return addrlimit.Limit{}, 0, fmt.Errorf("redisstore: %w", err)
+			return lims, fmt.Errorf("redisstore: %w", err)
 		}
 	}
-	if len(p.Limits) != 1 {
-		return addrlimit.Limit{}, 0, fmt.Errorf("redisstore: policy %q: has %d limits; this store keeps policies of one limit", p.Name, len(p.Limits))
+	if len(p.Limits) < 1 || len(p.Limits) > addrlimit.MaxLimits {
+		return lims, fmt.Errorf("redisstore: policy %q: has %d limits, not 1 to %d", p.Name, len(p.Limits), addrlimit.MaxLimits)
 	}
-	lim := p.Limits[0]
-	if lim.Burst < 1 || lim.Interval <= 0 {
-		return lim, 0, fmt.Errorf("redisstore: invalid policy: burst %d, interval %v", lim.Burst, lim.Interval)
+	for i, lim := range p.Limits {
+		if lim.Burst < 1 || lim.Interval <= 0 {
+			return lims, fmt.Errorf("redisstore: invalid policy: burst %d, interval %v", lim.Burst, lim.Interval)
+		}
+		lim.Interval = max(lim.Interval.Round(time.Microsecond), time.Microsecond)
+		if int64(lim.Burst) > maxTau/int64(lim.Interval/time.Microsecond) {
+			return lims, fmt.Errorf("redisstore: policy %q: burst %d × interval %v must be at most 2^50 µs (about 35.7 years), the longest bucket the script computes exactly", p.Name, lim.Burst, p.Limits[i].Interval)
+		}
+		if n < 1 || n > lim.Burst {
+			return lims, fmt.Errorf("redisstore: %d tokens for a burst of %d", n, lim.Burst)
+		}
+		lims[i] = lim
 	}
-	interval := max(lim.Interval.Round(time.Microsecond), time.Microsecond)
-	if int64(lim.Burst) > maxTau/int64(interval/time.Microsecond) {
-		return lim, 0, fmt.Errorf("redisstore: policy %q: burst %d × interval %v must be at most 2^50 µs (about 35.7 years), the longest bucket the script computes exactly", p.Name, lim.Burst, lim.Interval)
-	}
-	if n < 1 || n > lim.Burst {
-		return lim, 0, fmt.Errorf("redisstore: %d tokens for a burst of %d", n, lim.Burst)
-	}
-	return lim, interval, nil
+	return lims, nil
 }
 
 // clientOptions reports whether a go-redis client applies context
@@ -580,20 +601,39 @@ func clientOptions(c redis.UniversalClient) (contextTimeouts bool, minIdleConns 
 	return true, 0
 }
 
-// RedisKey returns the Redis key that holds key's bucket under p.
+// RedisKey returns the Redis key that holds key's buckets under p.
 func (s *Store) RedisKey(key string, p addrlimit.Policy) string { return s.redisKey(key, p) }
 
+// redisKey returns the Redis key of key's buckets under p: prefix, p's
+// name, each limit's burst and interval in ns ("/" before each), then the
+// client (clientPart). The layout of a policy of one limit is that of
+// earlier versions, which kept one limit per policy.
 func (s *Store) redisKey(key string, p addrlimit.Policy) string {
-	var lim addrlimit.Limit
-	if len(p.Limits) > 0 { // checked by every caller but RedisKey's
-		lim = p.Limits[0]
+	if len(p.Limits) == 1 {
+		lim := p.Limits[0]
+		return s.prefix + p.Name + "/" + strconv.Itoa(lim.Burst) + "/" + strconv.FormatInt(int64(lim.Interval), 10) + clientPart(key)
 	}
-	tag := s.prefix + p.Name + "/" + strconv.Itoa(lim.Burst) + "/" + strconv.FormatInt(int64(lim.Interval), 10)
+	b := make([]byte, 0, len(s.prefix)+len(p.Name)+40*len(p.Limits)+4+min(len(key), 2*sha256.Size))
+	b = append(b, s.prefix...)
+	b = append(b, p.Name...)
+	for _, lim := range p.Limits {
+		b = append(b, '/')
+		b = strconv.AppendInt(b, int64(lim.Burst), 10)
+		b = append(b, '/')
+		b = strconv.AppendInt(b, int64(lim.Interval), 10)
+	}
+	return string(append(b, clientPart(key)...))
+}
+
+// clientPart is the end of a bucket's Redis key that names the client:
+// ":k:" and key, or ":h:" and its SHA-256 in hex if key is longer than
+// maxRawKey bytes.
+func clientPart(key string) string {
 	if len(key) > maxRawKey {
 		sum := sha256.Sum256([]byte(key))
-		return tag + ":h:" + hex.EncodeToString(sum[:])
+		return ":h:" + hex.EncodeToString(sum[:])
 	}
-	return tag + ":k:" + key
+	return ":k:" + key
 }
 
 // DenyCacheLen returns the number of keys the deny cache holds.

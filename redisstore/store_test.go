@@ -447,7 +447,7 @@ func TestProductionScriptTakesNoTimeFromItsCaller(t *testing.T) {
 	ctx := context.Background()
 	key := testPrefix(t) + "k"
 	const interval = 1_000_000 // µs
-	if err := redisstore.RunScript(ctx, c, key, 0, 1, interval, 10, 1); err != nil {
+	if err := redisstore.RunScript(ctx, c, key, 0, 1, 4, 1, interval, 10, 1); err != nil {
 		t.Fatal(err)
 	}
 	tat, err := c.Get(ctx, key).Int64()
