@@ -108,7 +108,7 @@ func TestKeyErrorsAreNeverABypass(t *testing.T) {
 }
 
 func FuzzRemoteAddrKey(f *testing.F) {
-	for _, s := range []string{"192.0.2.1:80", "[2001:db8::1]:443", "[fe80::1%eth0]:1", "[::ffff:1.2.3.4]:5", "1.2.3.4", "@", "", "[::1]:", "::1", "[64:ff9b::c000:201]:1", "[64:ff9b:1::1]:1"} {
+	for _, s := range []string{"192.0.2.1:80", "[2001:db8::1]:443", "[fe80::1%eth0]:1", "[::ffff:1.2.3.4]:5", "1.2.3.4", "@", "", "[::1]:", "::1", "[64:ff9b::c000:201]:1", "[64:ff9b:1::1]:1", "[64:ff9b::1:0:0:0]:1"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, ra string) {
@@ -145,13 +145,21 @@ func FuzzRemoteAddrKey(f *testing.F) {
 				t.Fatalf("AddrKey(%v) = %q, the plain address %q", nat64, k, k1)
 			}
 		}
-		// A key is a normalised address or /64, and normalising it again changes nothing.
+		// A key is a normalised address or /64, and normalising it again
+		// changes nothing. A /64 is checked at its last address: its first
+		// may lie in a /96 keyed as IPv4 (64:ff9b::/64 holds the NAT64
+		// prefix, so 64:ff9b::1:0:0:0 is keyed "64:ff9b::/64" while
+		// 64:ff9b:: is 0.0.0.0 behind NAT64); the last never does.
 		var a netip.Addr
 		if p, err := netip.ParsePrefix(k1); err == nil {
 			if p.Bits() != 64 || p.Masked() != p {
 				t.Fatalf("key %q is not a masked /64", k1)
 			}
-			a = p.Addr()
+			last := p.Addr().As16()
+			for i := 8; i < 16; i++ {
+				last[i] = 0xff
+			}
+			a = netip.AddrFrom16(last)
 		} else if a, err = netip.ParseAddr(k1); err != nil || !a.Is4() {
 			t.Fatalf("key %q for %q is neither an IPv4 address nor a /64", k1, ra)
 		}
