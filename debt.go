@@ -12,8 +12,8 @@ import (
 // key's next Take that reaches the store, so that the shared bucket learns
 // what every instance spent in the meantime. Without it, a store that fails
 // and answers in turn (a flapping network, a failover) lets each instance
-// spend on its own what the store never hears of (README "Many instances"
-// gives the figures).
+// spend on its own what the store never hears of (docs/redis.md gives
+// the figures).
 //
 // The redisstore module implements it. storetest checks it for stores that
 // implement it.

@@ -161,8 +161,8 @@ func DecisionFromContext(ctx context.Context) (Decision, bool) {
 // request's context, with Key filled in: for handlers that show it (a status
 // endpoint, the quota in a JSON body) through DecisionFromContext. Exempt
 // requests still reach the next handler untouched. It costs each counted
-// request the context value, the request copy and the key string (README
-// "Frameworks" gives the figures); without it the context is left alone.
+// request the context value, the request copy and the key string (docs/frameworks.md
+// gives the figures); without it the context is left alone.
 func WithDecisionInContext() Option {
 	return func(c *config) error {
 		c.decisionInContext = true

@@ -75,7 +75,7 @@ func parseAddr(s string) (netip.Addr, bool) {
 // AddrKey returns the bucket key of address a: an IPv4 address as itself
 // ("192.0.2.1"), also when written as IPv4-mapped IPv6 ("::ffff:192.0.2.1")
 // or under the NAT64 well-known prefix 64:ff9b::/96 ("64:ff9b::192.0.2.1");
-// any other IPv6 address, network-specific NAT64 prefixes included (README
+// any other IPv6 address, network-specific NAT64 prefixes included (docs/decisions.md,
 // "FAQ"), as its /64 ("2001:db8:1:2::/64"); zones are ignored. It returns ""
 // for the zero Addr.
 //

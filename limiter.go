@@ -45,7 +45,7 @@
 //     may limit more than the bucket would, never less: no key is handed a
 //     fuller bucket than it had.
 //
-// The README covers the rest, with measurements: proxies, frameworks, gRPC,
+// The README and docs/ cover the rest, with measurements: proxies, frameworks, gRPC,
 // many instances (the redisstore module), rolling out with [WithDryRun],
 // metrics (promcollector, otelcollector), memory and benchmarks.
 package addrlimit
@@ -112,7 +112,7 @@ func (ps *policyState) tau() int64 { return int64(ps.longest) }
 // DefaultMaxKeys is the default capacity of each policy's exact bucket table
 // (WithMaxKeys). Refilled buckets are dropped, so the table holds only the
 // clients seen within one full refill time (60 s for 300/min): this many is
-// far beyond normal load. README "Memory" gives its cost.
+// far beyond normal load. docs/memory.md gives its cost.
 const DefaultMaxKeys = 1 << 20
 
 // New returns a Limiter whose default policy lets each key make limit

@@ -413,7 +413,7 @@ func TestZeroLogObserverLogsToTheDefaultLogger(t *testing.T) {
 	})
 }
 
-// TestRouteIsTheURLPath checks what README "Rolling out a limit safely" says
+// TestRouteIsTheURLPath checks what docs/observability.md says
 // of Decision.Route with the recommended mounting (lim.Handler around the
 // whole mux, a stacked limiter inside a route): the URL path as the client
 // sent it (decoded, not cleaned), without the query, never the mux pattern;

@@ -177,8 +177,8 @@ func WithCost(f func(r *http.Request) int) Option {
 // returns, and never fills a bucket above its burst. The status is the first
 // final one the handler wrote through the ResponseWriter it was given (101
 // for a connection hijacked before any status). A request whose handler
-// wrote nothing there is never refunded and f is not called (README
-// "Frameworks": gin and echo may write elsewhere or later). A handler that
+// wrote nothing there is never refunded and f is not called (docs/frameworks.md:
+// gin and echo may write elsewhere or later). A handler that
 // panics is not refunded either. The
 // ResponseWriter the handler gets keeps http.Flusher, http.Hijacker and
 // io.ReaderFrom working and supports http.ResponseController through Unwrap.
@@ -255,8 +255,8 @@ func WithDeniedHandler(h http.Handler) Option {
 // WithMaxKeys bounds the number of exact buckets held in memory per policy
 // (by the default in-memory store, or by the local fallback of a remote
 // store). The default is DefaultMaxKeys. Past it, buckets move to a fixed-size
-// approximate memory that never gives a key more than it had; see "Memory"
-// in the README.
+// approximate memory that never gives a key more than it had; see
+// docs/memory.md.
 func WithMaxKeys(n int) Option {
 	return func(c *config) error {
 		if n < 1 {

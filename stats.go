@@ -71,7 +71,7 @@ type LimitStats struct {
 // and suits expvar.Func or a metrics collector that reads it at scrape time:
 // it briefly locks each shard of each policy's table (256 at the default
 // cap) and scans nothing, as the approximate memory counts its live cells
-// as it is written (README, "Memory", gives its cost during a flood).
+// as it is written (docs/memory.md gives its cost during a flood).
 func (l *Limiter) Stats() Stats {
 	l.mustBeBuilt()
 	s := Stats{

@@ -106,7 +106,7 @@ func BenchmarkFloodNewcomers(b *testing.B) {
 	for _, x := range []int{1, 2, 4, 8, 16, 32, 64, 128} {
 		for _, spendAll := range []bool{true, false} {
 			if spendAll && x > 32 {
-				continue // all but a few newcomers limited, see the README
+				continue // all but a few newcomers limited, see docs/memory.md
 			}
 			kind := map[bool]string{true: "drained", false: "one-request"}[spendAll]
 			scenarios = append(scenarios, scenario{fmt.Sprintf("tradeoff/maxKeys=10k/%s/flood=%dx", kind, x), 5, 10_000, x * 10_000, spendAll, false, 1000})

@@ -13,8 +13,8 @@ import (
 	"github.com/addrlimit/addrlimit"
 )
 
-// TestLogObserverLogsTheFullMethodAsRoute checks what the package doc and the
-// README promise: a limited call's LogObserver line carries the full method
+// TestLogObserverLogsTheFullMethodAsRoute checks what the package doc and
+// docs/grpc.md promise: a limited call's LogObserver line carries the full method
 // as its route attribute (and no path attribute).
 func TestLogObserverLogsTheFullMethodAsRoute(t *testing.T) {
 	var buf bytes.Buffer

@@ -44,7 +44,7 @@
 // With WithName every observation also carries the attribute limiter. Counters
 // saturate at the largest int64 instead of wrapping.
 //
-// The README's "Metrics" section says what to alert on.
+// docs/observability.md ("Metrics") says what to alert on.
 package otelcollector
 
 import (

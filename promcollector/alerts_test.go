@@ -75,7 +75,7 @@ var metricName = regexp.MustCompile(`\baddrlimit_[a-z0-9_]+`)
 func TestAlertsUseExportedMetrics(t *testing.T) {
 	names := exported(t)
 	if len(names) != 13 {
-		t.Fatalf("the collector exports %d metric families (%v); this test expects the 13 the README lists", len(names), names)
+		t.Fatalf("the collector exports %d metric families (%v); this test expects the 13 docs/observability.md lists", len(names), names)
 	}
 	for _, file := range []string{rulesFile, rulesTestFile, dashboardFile} {
 		b, err := os.ReadFile(file)

@@ -48,8 +48,8 @@
 // saw.
 //
 // Alerting rules on these series (tested with promtool) and a Grafana
-// dashboard are in the module's alerts directory; the README section
-// "Metrics: Prometheus and OpenTelemetry side by side" explains them.
+// dashboard are in the module's alerts directory; docs/observability.md
+// ("Metrics: Prometheus and OpenTelemetry side by side") explains them.
 package promcollector
 
 import (

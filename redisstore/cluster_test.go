@@ -261,7 +261,7 @@ func replicated(t *testing.T, master *redisServer) string {
 }
 
 // A master that has a replica is killed during traffic (3 masters + 3
-// replicas, cluster-node-timeout 1 s, the README's client options): its
+// replicas, cluster-node-timeout 1 s, docs/redis.md's client options): its
 // replica is promoted within seconds, and the store must follow it. A
 // FailOpen and a FailLocal instance each ask every 5 ms for a key drained
 // before the kill, on the victim's slots, and for a key on a live master

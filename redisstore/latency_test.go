@@ -236,7 +236,7 @@ func gcraLoad(c *redis.Client) error {
 }
 
 // A slow link, and no connection opened beforehand: a store timeout of 2.5
-// round trips (40 ms through a latency proxy, timeout 100 ms, the README's
+// round trips (40 ms through a latency proxy, timeout 100 ms, docs/redis.md's
 // client options) is room for a decision's round trip, but not for go-redis
 // to open a connection inside it (HELLO, CLIENT SETINFO, then the script:
 // three round trips or more). Two callers decide, each every 5 ms at most.

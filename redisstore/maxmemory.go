@@ -105,5 +105,5 @@ func evictingPolicy(ctx context.Context, c redis.Cmdable, addr string) error {
 	}
 	return fmt.Errorf("redisstore: the Redis%s has maxmemory %s with maxmemory-policy %s: when memory is full it evicts live buckets, "+
 		"and an evicted bucket is a fresh budget for the client that drained it; give the limiter a Redis with maxmemory-policy "+
-		"noeviction or volatile-ttl (README \"Many instances\"), or pass redisstore.WithEvictionAccepted() to accept it", addr, limit, policy)
+		"noeviction or volatile-ttl (docs/redis.md, \"Redis configuration\"), or pass redisstore.WithEvictionAccepted() to accept it", addr, limit, policy)
 }

@@ -241,7 +241,7 @@ func TestNewChecksEveryClusterMaster(t *testing.T) {
 
 // What one bucket costs Redis (INFO memory, used_memory): the key of a
 // client's IPv6 /64 under the default prefix and a policy named "default",
-// its integer value and its expiry. README "Many instances" quotes it.
+// its integer value and its expiry. docs/redis.md quotes it.
 func TestBucketMemory(t *testing.T) {
 	for _, p := range []addrlimit.Policy{
 		{Name: "default", Limits: []addrlimit.Limit{{Burst: 10, Interval: 6 * time.Minute}}}, // 10/hour
@@ -284,7 +284,7 @@ func bucketMemory(t *testing.T, p addrlimit.Policy) {
 	}
 	per := float64(usedMemory(t, c)-before) / buckets
 	t.Logf("%.0f B per client (%d clients, key %q)", per, buckets, s.RedisKey("2001:1000:1000:1000::/64", p))
-	// One limit: README "Many instances" says 166–190 B. Three: one key
+	// One limit: docs/redis.md says 166–190 B. Three: one key
 	// with a longer name and value (246 B), well below three buckets.
 	if bound := 250 + 25*float64(len(p.Limits)-1); per > bound {
 		t.Fatalf("%.0f B per client, want at most %.0f", per, bound)
@@ -294,7 +294,7 @@ func bucketMemory(t *testing.T, p addrlimit.Policy) {
 // Under volatile-ttl a full Redis evicts the buckets nearest to full first:
 // a flood of one-token buckets (each one refill interval from full) is
 // evicted, and a drained client's bucket (a whole burst from full) stays,
-// so the client stays limited. The README recommends it for that reason;
+// so the client stays limited. docs/redis.md recommends it for that reason;
 // volatile-lru, run the same way, is logged for contrast.
 func TestVolatileTTLEvictsTheFloodNotTheDrained(t *testing.T) {
 	// 5/hour: a drained bucket is 60 min from full, a flood's 12 min, a

@@ -65,7 +65,7 @@
 //
 // The Store is safe for concurrent use and never closes the client, which
 // the caller owns. Measurements and deployment notes (Cluster, Sentinel,
-// outages) are in the README section "Many instances".
+// outages) are in docs/redis.md.
 package redisstore
 
 import (

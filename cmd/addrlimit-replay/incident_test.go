@@ -154,8 +154,8 @@ func TestIncidentReplayed(t *testing.T) {
 			t.Errorf("the HTML report lacks %q", want)
 		}
 	}
-	// The README shows this summary, word for word.
-	readme, err := os.ReadFile("../../README.md")
+	// docs/observability.md shows this summary, word for word.
+	readme, err := os.ReadFile("../../docs/observability.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestIncidentReplayed(t *testing.T) {
 	_, shown, ok := strings.Cut(string(readme), prompt)
 	shown, _, _ = strings.Cut(shown, "```")
 	if !ok || shown != text.String() {
-		t.Errorf("README.md shows after %q:\n%s\nthe command prints:\n%s", prompt, shown, text.String())
+		t.Errorf("docs/observability.md shows after %q:\n%s\nthe command prints:\n%s", prompt, shown, text.String())
 	}
 	if name := os.Getenv("REPLAY_HTML"); name != "" { // to look at it: REPLAY_HTML=/tmp/r.html go test -run Incident
 		if err := run(append(args, "-exempt-identities=false", "-html", name), strings.NewReader(log), io.Discard, io.Discard); err != nil {

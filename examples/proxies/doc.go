@@ -1,6 +1,6 @@
 // Package proxies runs addrlimit behind the real nginx, HAProxy and Caddy: each
-// row of the README's "Behind a proxy" section is a test here, with the proxy
-// configuration from configs/ (the README quotes those files, and a test checks
+// row of docs/proxies.md is a test here, with the proxy
+// configuration from configs/ (the page quotes those files, and a test checks
 // that every quoted line is in one of them).
 //
 // The tests start each proxy as a child process on free loopback ports, in

@@ -9,23 +9,15 @@ import (
 	"testing"
 )
 
-// proxySection returns the README's "Behind a proxy" section.
+// proxySection returns docs/proxies.md, the page of the proxy
+// configurations.
 func proxySection(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "proxies.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(b)
-	start := strings.Index(s, "\n## Behind a proxy\n")
-	if start < 0 {
-		t.Fatal(`README.md has no section "Behind a proxy"`)
-	}
-	s = s[start+1:]
-	if end := strings.Index(s[3:], "\n## "); end >= 0 {
-		s = s[:end+4]
-	}
-	return s
+	return string(b)
 }
 
 // trimmedLines returns the lines of s without surrounding white space,
@@ -42,7 +34,7 @@ func trimmedLines(s string) string {
 
 var fence = regexp.MustCompile("(?s)```(nginx|haproxy|caddy)\n(.*?)```")
 
-// Every proxy configuration the README quotes is in a file the tests run.
+// Every proxy configuration docs/proxies.md quotes is in a file the tests run.
 func TestREADMEQuotesTestedConfigs(t *testing.T) {
 	section := proxySection(t)
 	files, err := filepath.Glob(filepath.Join("configs", "*"))
@@ -59,29 +51,29 @@ func TestREADMEQuotesTestedConfigs(t *testing.T) {
 	}
 	blocks := fence.FindAllStringSubmatch(section, -1)
 	if len(blocks) == 0 {
-		t.Fatal("the section quotes no proxy configuration")
+		t.Fatal("docs/proxies.md quotes no proxy configuration")
 	}
 	for _, b := range blocks {
 		q := trimmedLines(b[2])
 		if !slices.ContainsFunc(configs, func(c string) bool { return strings.Contains(c, q) }) {
-			t.Errorf("the README quotes a %s configuration that no file in configs/ contains:\n%s", b[1], b[2])
+			t.Errorf("docs/proxies.md quotes a %s configuration that no file in configs/ contains:\n%s", b[1], b[2])
 		}
 	}
 	// Every config file linked exists, and every one is linked.
 	for _, f := range files {
-		if !strings.Contains(section, "(examples/proxies/"+filepath.ToSlash(f)+")") {
-			t.Errorf("%s is not linked from the README section", f)
+		if !strings.Contains(section, "(../examples/proxies/"+filepath.ToSlash(f)+")") {
+			t.Errorf("%s is not linked from docs/proxies.md", f)
 		}
 	}
-	for _, m := range regexp.MustCompile(`\(examples/proxies/([^)]+)\)`).FindAllStringSubmatch(section, -1) {
+	for _, m := range regexp.MustCompile(`\(\.\./examples/proxies/([^)]+)\)`).FindAllStringSubmatch(section, -1) {
 		if _, err := os.Stat(m[1]); err != nil {
-			t.Errorf("the README links %s: %v", m[1], err)
+			t.Errorf("docs/proxies.md links %s: %v", m[1], err)
 		}
 	}
 }
 
-// Every test the README names exists, and every test of a configuration
-// is named in the README.
+// Every test docs/proxies.md names exists, and every test of a
+// configuration is named there.
 func TestREADMENamesEveryTest(t *testing.T) {
 	section := proxySection(t)
 	named := map[string]bool{}
@@ -101,12 +93,12 @@ func TestREADMENamesEveryTest(t *testing.T) {
 	}
 	for name := range named {
 		if !defined[name] {
-			t.Errorf("the README names %s, which does not exist", name)
+			t.Errorf("docs/proxies.md names %s, which does not exist", name)
 		}
 	}
 	for name := range defined {
 		if !named[name] && !strings.HasPrefix(name, "TestREADME") {
-			t.Errorf("%s is not named in the README section", name)
+			t.Errorf("%s is not named in docs/proxies.md", name)
 		}
 	}
 }

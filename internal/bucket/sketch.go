@@ -66,7 +66,7 @@ type sketch struct {
 const (
 	sketchRows = 3
 	// sketchWidthPerKey is the width of a row per key of shard capacity:
-	// sketchRows x sketchWidthPerKey bytes per key (README, "Memory").
+	// sketchRows x sketchWidthPerKey bytes per key (docs/memory.md).
 	sketchWidthPerKey = 64
 	minSketchWidth    = 32
 	// unitsPerTau fixes the resolution: a unit is tau/64, so rounding costs

@@ -47,7 +47,7 @@ const (
 //     arrive, so the table holds about twice the keys active within one
 //     refill time. Tables grow but do not shrink.
 //
-// The README's "Memory" section gives the bytes per key and the
+// docs/memory.md gives the bytes per key and the
 // over-limiting rates, with the commands that measure them.
 //
 // A Table is safe for concurrent use. The zero value is not usable; use

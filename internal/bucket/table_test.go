@@ -273,8 +273,8 @@ func floodThenServe(p Policy, maxKeys, flood int, drained bool, seed uint64) flo
 	return float64(served) / 10
 }
 
-// Beyond 256x the cap, floods of single requests compound again (README,
-// "Memory"): the figures the README gives for larger floods and smaller
+// Beyond 256x the cap, floods of single requests compound again (docs/memory.md):
+// the figures it gives for larger floods and smaller
 // bursts, as floors that catch a regression (5/min means a token every
 // 12s; 1,000 keys of capacity). Measured: 90.8/40.8% at 384/512x at burst
 // 5, 100% at 512x at burst 10, 94.0/39.6% at 128/256x at burst 2.

@@ -1,4 +1,4 @@
-package addrlimit_test
+package docs_test
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// The recipes of the docs (README.md, docs/*.md) run as pasted: each
+// The recipes of the docs (every page: README.md, docs/*.md, …) run as pasted: each
 // server program is built against the module of the repository that
 // requires its framework, started on a free loopback port (ADDR), and
 // driven as a client would. Every HTTP recipe answers 401 on internal
@@ -23,7 +23,7 @@ import (
 // routes with the same budget, and exempts the token even then. The gRPC
 // server is driven by the README's own client. Without INTERNAL_TOKEN each
 // server stops with NewInternalToken's error.
-func TestReadmeRecipesRun(t *testing.T) {
+func TestRecipesRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the recipes' programs: not in -short mode")
 	}
@@ -31,13 +31,7 @@ func TestReadmeRecipesRun(t *testing.T) {
 	if err != nil {
 		t.Skip("no go command on PATH")
 	}
-	root, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "examples")); err != nil {
-		t.Skip("not a checkout of the repository: no examples to build the recipes with")
-	}
+	root := repoRoot(t)
 	blocks := docsPrograms(t, root)
 	for _, r := range []struct {
 		name, mark, module string // mark: an import of the server, unique to it
@@ -67,7 +61,7 @@ func TestReadmeRecipesRun(t *testing.T) {
 				client.Env = append(os.Environ(), "ADDR="+addr, "INTERNAL_TOKEN="+secret)
 				got, err := client.CombinedOutput()
 				if want := "public: OK\ninternal without the token: Unauthenticated\ninternal with the token: OK\n"; err != nil || string(got) != want {
-					t.Fatalf("the README's client: %v, printed\n%s\nwant\n%s", err, got, want)
+					t.Fatalf("the docs' gRPC client: %v, printed\n%s\nwant\n%s", err, got, want)
 				}
 				return
 			}
@@ -143,17 +137,12 @@ func driveHTTPRecipe(t *testing.T, base, secret string) {
 
 var docsGoBlock = regexp.MustCompile("(?s)```go\n(.*?)```")
 
-// docsPrograms returns the Go programs (package main) of README.md and
-// docs/*.md.
+// docsPrograms returns the Go programs (package main) of every page.
 func docsPrograms(t *testing.T, root string) []string {
 	t.Helper()
-	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var progs []string
-	for _, p := range append([]string{filepath.Join(root, "README.md")}, pages...) {
-		b, err := os.ReadFile(p)
+	for _, p := range pages(t, root) {
+		b, err := os.ReadFile(filepath.Join(root, p))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,8 @@
-package addrlimit_test
+package docs_test
 
-// TestReadmeGoBlocksCompile compiles every ```go block of README.md, so that
-// the README's code works when pasted. The rules for a block:
+// TestPagesGoBlocksCompile compiles every ```go block of every Markdown page
+// of the repository (README.md, docs/*.md, redisstore/README.md, …: see
+// pages), so that the code works when pasted. The rules for a block:
 //
 //   - A block that starts with a package clause (after comments) is a
 //     complete file, built as written, each in a package of its own. A file
@@ -32,7 +33,7 @@ package addrlimit_test
 // of the third-party modules they require compile too, from the module
 // cache. The blocks are checked with go vet, which type-checks test files
 // as well, and the tests of test-file blocks are run. Failures name the
-// README line.
+// page and line.
 
 import (
 	"bufio"
@@ -41,6 +42,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,9 +53,10 @@ import (
 	"testing"
 )
 
-// readmeBlock is one ```go block of the README.
+// readmeBlock is one ```go block of a page.
 type readmeBlock struct {
-	line int    // README line of the block's first line of code
+	page string // the page, relative to the repository root
+	line int    // line of the block's first line of code in its page
 	code string // without the fence's indentation
 	info string // the fence's info string: "go", "go nocompile", …
 }
@@ -101,6 +104,9 @@ var snippetImports = map[string]string{
 	"net":        "net",
 	"grpc":       "google.golang.org/grpc",
 	"insecure":   "google.golang.org/grpc/credentials/insecure",
+	"chi":        "github.com/go-chi/chi/v5",
+	"echo":       "github.com/labstack/echo/v4",
+	"gin":        "github.com/gin-gonic/gin",
 }
 
 // repoModule is one module of this repository, with the module paths its
@@ -343,31 +349,73 @@ func readsErr(st ast.Stmt) bool {
 	return found
 }
 
-func TestReadmeGoBlocksCompile(t *testing.T) {
+// repoRoot returns the repository root, the parent of this module.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// pages returns every Markdown page of the repository rooted at root,
+// relative to it and sorted, except those in directories the go command
+// ignores (.git, .ci, .github, testdata).
+func pages(t *testing.T, root string) []string {
+	t.Helper()
+	var found []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != root && (strings.HasPrefix(d.Name(), ".") || strings.HasPrefix(d.Name(), "_") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(p, ".md") {
+			rel, err := filepath.Rel(root, p)
+			if err != nil {
+				return err
+			}
+			found = append(found, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(found)
+	return found
+}
+
+func TestPagesGoBlocksCompile(t *testing.T) {
 	if testing.Short() {
-		t.Skip("compiles the README's blocks with go vet: not in -short mode")
+		t.Skip("compiles the pages' blocks with go vet: not in -short mode")
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("no go command on PATH to compile the README's blocks with")
+			t.Fatal("no go command on PATH to compile the pages' blocks with")
 		}
 		t.Skip("no go command on PATH")
 	}
-	root, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
+	root := repoRoot(t)
+	var blocks []readmeBlock
+	for _, page := range pages(t, root) {
+		md, err := os.ReadFile(filepath.Join(root, page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range readmeBlocks(string(md)) {
+			b.page = page
+			blocks = append(blocks, b)
+		}
 	}
-	if _, err := os.Stat(filepath.Join(root, ".git")); err != nil && os.Getenv("CI") != "true" {
-		t.Skip("not a checkout of the repository (a module zip holds no nested module): nothing to compile the blocks against")
-	}
-	md, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := readmeBlocks(string(md))
 	if len(blocks) == 0 {
-		t.Fatal("no ```go block in README.md")
+		t.Fatal("no ```go block in any page")
 	}
 	mods := repoModules(t, root)
 	names := map[string]string{}
@@ -389,23 +437,23 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 		switch b.info {
 		case "go":
 		case readmeSkip:
-			t.Logf("README.md:%d: not compiled (%s)", b.line, readmeSkip)
+			t.Logf("%s:%d: not compiled (%s)", b.page, b.line, readmeSkip)
 			continue
 		default:
-			t.Errorf("README.md:%d: fence info %q: write \"go\" (compiled) or %q", b.line-1, b.info, readmeSkip)
+			t.Errorf("%s:%d: fence info %q: write \"go\" (compiled) or %q", b.page, b.line-1, b.info, readmeSkip)
 			continue
 		}
 		complete := isCompleteFile(b.code)
 		for _, m := range constructorDiscard.FindAllStringIndex(b.code, -1) {
-			t.Errorf("README.md:%d: a constructor's error is discarded with _; handle it (it reports a misconfiguration)", b.line+strings.Count(b.code[:m[0]], "\n"))
+			t.Errorf("%s:%d: a constructor's error is discarded with _; handle it (it reports a misconfiguration)", b.page, b.line+strings.Count(b.code[:m[0]], "\n"))
 		}
 		bad, err := uncheckedErrors(b.code, complete)
 		if err != nil {
-			t.Errorf("README.md:%d: the block does not parse as a %s: %v", b.line, map[bool]string{true: "Go file", false: "function body"}[complete], err)
+			t.Errorf("%s:%d: the block does not parse as a %s: %v", b.page, b.line, map[bool]string{true: "Go file", false: "function body"}[complete], err)
 			continue
 		}
 		for _, l := range bad {
-			t.Errorf("README.md:%d: err is assigned but the next statement does not check it", b.line+l-1)
+			t.Errorf("%s:%d: err is assigned but the next statement does not check it", b.page, b.line+l-1)
 		}
 		p := placed{block: b}
 		src := b.code
@@ -422,7 +470,7 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 		} else {
 			src, p.offset, err = wrapBody(b.code, names)
 			if err != nil {
-				t.Errorf("README.md:%d: %v", b.line, err)
+				t.Errorf("%s:%d: %v", b.page, b.line, err)
 				continue
 			}
 			f, _ := parser.ParseFile(token.NewFileSet(), "", src, parser.ImportsOnly)
@@ -431,7 +479,7 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 				imported[path] = true
 			}
 		}
-		p.file = filepath.Join(fmt.Sprintf("line%d", b.line), name)
+		p.file = filepath.Join(fmt.Sprintf("%s_line%d", pageDir.Replace(b.page), b.line), name)
 		if err := os.MkdirAll(filepath.Join(snip, filepath.Dir(p.file)), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -511,7 +559,7 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	if err == nil {
-		// The README's test files are run too: what they claim must hold.
+		// The pages' test files are run too: what they claim must hold.
 		args := []string{"test", "-count=1"}
 		for _, p := range files {
 			if strings.HasSuffix(p.file, "_test.go") {
@@ -528,28 +576,32 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 			return
 		}
 	}
-	// Map the compiler's (or the tests') positions back to README lines.
+	// Map the compiler's (or the tests') positions back to page lines.
 	reported := false
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		line := sc.Text()
 		for _, p := range files {
-			// "vet: line41/snippet.go:23:38: msg", "./line41/snippet.go:…"
+			// "vet: README_md_line41/snippet.go:23:38: msg", "./README_md_line41/snippet.go:…"
 			_, rest, ok := strings.Cut(line, filepath.ToSlash(p.file)+":")
 			if !ok {
 				continue
 			}
 			parts := strings.SplitN(rest, ":", 3) // line, column, message
 			if l, err := strconv.Atoi(parts[0]); err == nil && len(parts) == 3 {
-				t.Errorf("README.md:%d: %s", p.block.line+l-1-p.offset, strings.TrimSpace(parts[2]))
+				t.Errorf("%s:%d: %s", p.block.page, p.block.line+l-1-p.offset, strings.TrimSpace(parts[2]))
 				reported = true
 			}
 		}
 	}
 	if !reported {
-		t.Errorf("the README's blocks failed (package lineN is the block whose code starts at README line N): %v\n%s", err, out)
+		t.Errorf("the pages' blocks failed (package PAGE_lineN is the block whose code starts at line N of PAGE): %v\n%s", err, out)
 	}
 }
+
+// pageDir turns a page's path into a directory name (a Go package path
+// element): docs/grpc.md → docs_grpc_md.
+var pageDir = strings.NewReplacer("/", "_", ".", "_", "-", "_")
 
 // sortedKeys returns the keys of m in order.
 func sortedKeys(m map[string]bool) []string {
@@ -575,8 +627,8 @@ func goDirective(t *testing.T, gomod string) string {
 	return ""
 }
 
-func TestReadmeHarnessFindsUnhandledErrors(t *testing.T) {
-	// The README's proxy block before it handled errors: both assignments
+func TestPagesHarnessFindsUnhandledErrors(t *testing.T) {
+	// The proxy block of the README before it handled errors: both assignments
 	// are reported (the compiler reports only the last one, as unused).
 	old := "proxies, err := addrlimit.NewTrustedProxies(\"X-Forwarded-For\", p)\nlim, err := addrlimit.New(300, time.Minute, addrlimit.WithKeyFunc(proxies.Key))\n"
 	bad, err := uncheckedErrors(old, false)
