@@ -286,3 +286,52 @@ func checkUnmetTargets(t *testing.T, root string, b benchmarks) {
 		t.Errorf("%d unmet targets found in BENCHMARKS.md; the table's format changed?", len(want))
 	}
 }
+
+// TestComparisonNamesThePinnedReleases checks that the comparison table
+// describes the peers at the releases the benchmarks module pins.
+func TestComparisonNamesThePinnedReleases(t *testing.T) {
+	root := repoRoot(t)
+	gomod, err := os.ReadFile(filepath.Join(root, "benchmarks", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(root, "docs", "comparison.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := ""
+	for _, l := range strings.Split(string(page), "\n") {
+		if strings.HasPrefix(l, "| | addrlimit |") {
+			header = l
+			break
+		}
+	}
+	if header == "" {
+		t.Fatal("docs/comparison.md has no table whose header starts with | | addrlimit |")
+	}
+	names := map[string]string{
+		"github.com/go-chi/httprate":        "go-chi/httprate",
+		"github.com/ulule/limiter/v3":       "ulule/limiter",
+		"github.com/didip/tollbooth/v8":     "tollbooth",
+		"github.com/sethvargo/go-limiter":   "sethvargo/go-limiter",
+		"github.com/throttled/throttled/v2": "throttled",
+	}
+	found := 0
+	for _, l := range strings.Split(string(gomod), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(l), "require "))
+		if len(f) < 2 {
+			continue
+		}
+		name, ok := names[f[0]]
+		if !ok {
+			continue
+		}
+		found++
+		if want := name + " " + f[1]; !strings.Contains(header, want) {
+			t.Errorf("the benchmarks module pins %s %s; the comparison's header does not name %q:\n%s", f[0], f[1], want, header)
+		}
+	}
+	if found != len(names) {
+		t.Errorf("benchmarks/go.mod requires %d of the %d peers the comparison describes", found, len(names))
+	}
+}
