@@ -109,6 +109,8 @@ type Store struct {
 	probeEvery time.Duration
 	batch      *batcher // nil when batching is off
 	script     *script  // gcra; tests may set another clock
+	inflight   *script  // in-flight slots, on the same clock as script
+	lease      time.Duration
 
 	single   *breaker // the breaker unless cluster
 	breakers sync.Map // cluster: node address → *breaker
@@ -222,7 +224,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	s := &Store{
 		client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, deny: newDenyCache(DefaultDenyCacheMax),
 		failures: DefaultBreakerFailures, probeEvery: DefaultProbeEvery, batch: &batcher{maxBatch: DefaultMaxBatch},
-		script: gcra,
+		script: gcra, inflight: inflight, lease: DefaultLeaseTime,
 	}
 	for i, o := range opts {
 		if o == nil {
@@ -478,16 +480,7 @@ func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 			nodes = append(nodes, c.br)
 		}
 	}
-	extended := false
-	for _, b := range nodes {
-		if b.mustConnect(pipelined) { // on every node: it counts the round trip
-			extended = true
-		}
-	}
-	timeout := s.timeout
-	if extended {
-		timeout *= connectFactor
-	}
+	timeout, extended := s.startRoundTrip(nodes, pipelined)
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	now := time.Now()
 	for _, c := range calls {
@@ -500,15 +493,36 @@ func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 		s.script.run(rctx, s.client, calls)
 	}
 	cancel()
-	for _, b := range nodes {
-		b.roundTrips.Add(-1)
-	}
+	endRoundTrip(nodes)
 	if extended && ctx.Err() == nil {
 		for _, c := range calls {
 			if c.err != nil && isOutage(c.err) {
 				c.br.unreachable.Store(true)
 			}
 		}
+	}
+}
+
+// startRoundTrip counts one more round trip in flight to each of nodes
+// (endRoundTrip counts it off) and returns its bound: the store's timeout,
+// or connectFactor times that, reported as extended, if a node may have
+// to open a connection first (see breaker.mustConnect).
+func (s *Store) startRoundTrip(nodes []*breaker, pipelined bool) (timeout time.Duration, extended bool) {
+	for _, b := range nodes {
+		if b.mustConnect(pipelined) { // on every node: it counts the round trip
+			extended = true
+		}
+	}
+	if extended {
+		return connectFactor * s.timeout, true
+	}
+	return s.timeout, false
+}
+
+// endRoundTrip counts off the round trip that startRoundTrip counted.
+func endRoundTrip(nodes []*breaker) {
+	for _, b := range nodes {
+		b.roundTrips.Add(-1)
 	}
 }
 
