@@ -106,8 +106,8 @@ var inflightCases = []struct {
 		lt := s.leaseTime(fs)
 		s.acquire(fs, lease("k", "a"), 2, true, 1)
 		s.acquire(fs, lease("k", "b"), 2, true, 2)
-		for i := range 12 { // four lease times
-			time.Sleep(lt / 3)
+		for i := range 10 { // four lease times
+			time.Sleep(2 * lt / 5)
 			s.renew(fs, lease("k", "a"))
 			held := 1 // b, not renewed, lapsed one lease time after it was taken
 			if i < 2 {
