@@ -18,12 +18,12 @@ const (
 	// failover takes 2–4 s) before a running request's lease lapses, and
 	// an instance that dies gives its slots back within 10 s.
 	DefaultLeaseTime = 10 * time.Second
-	// MinLeaseTime and MaxLeaseTime bound WithLeaseTime. Below 100 ms a
+	// minLeaseTime and maxLeaseTime bound WithLeaseTime. Below 100 ms a
 	// renewal every third of it leaves a loaded instance too little room
 	// to renew in time; above an hour a dead instance holds its slots
 	// longer than any client waits for them.
-	MinLeaseTime = 100 * time.Millisecond
-	MaxLeaseTime = time.Hour
+	minLeaseTime = 100 * time.Millisecond
+	maxLeaseTime = time.Hour
 	// maxLeaseID bounds the length of a lease ID, a member of a Redis
 	// sorted set; the Limiter's are far shorter.
 	maxLeaseID = 200
@@ -37,13 +37,13 @@ const (
 // (default DefaultLeaseTime, 10 s): an instance that dies gives its slots
 // back within it, and a running request whose renewals all fail for about
 // two thirds of it loses its slot (another request may then take it). It
-// must be between MinLeaseTime and MaxLeaseTime, and is counted in whole
-// microseconds of Redis TIME. Keep it well above WithTimeout: the Limiter
+// must be between 100 ms and 1 h, and is counted in whole microseconds of
+// Redis TIME. Keep it well above WithTimeout: the Limiter
 // renews every third of it.
 func WithLeaseTime(d time.Duration) Option {
 	return func(s *Store) error {
-		if d < MinLeaseTime || d > MaxLeaseTime {
-			return fmt.Errorf("redisstore: lease time must be between %v and %v, got %v", MinLeaseTime, MaxLeaseTime, d)
+		if d < minLeaseTime || d > maxLeaseTime {
+			return fmt.Errorf("redisstore: lease time must be between %v and %v, got %v", minLeaseTime, maxLeaseTime, d)
 		}
 		s.lease = d.Truncate(time.Microsecond)
 		return nil

@@ -34,6 +34,16 @@
 // ("{user42}:login", "{user42}:api") share a slot, so a hash tag in the
 // prefix would put every bucket in one slot.
 //
+// # In-flight slots
+//
+// The Store is an addrlimit.InFlightStore: a key's slots under a policy
+// are one sorted set ("/inflight" after the policy name, then the client
+// part as above), one lease per running request, scored with its expiry
+// in Redis TIME (WithLeaseTime). Acquire is one script call, Release one
+// ZREM, and Renew one round trip for every lease it is given; a lease
+// nobody renews lapses, so an instance that dies gives its slots back
+// within the lease time.
+//
 // # Redis configuration
 //
 // The limit holds only if Redis never deletes a bucket in use: a deleted
