@@ -63,8 +63,8 @@ const (
 // (plus the clock's slack), so that a set nobody renews vanishes with its
 // last lease.
 //
-// ARGV: the operation, the lease time in µs and in whole ms (rounded up),
-// then for an acquire the lease ID and the limit, for a renewal each
+// ARGV: the operation, the lease time in µs, the set's expiry in ms (see
+// inflightArgs), then for an acquire the lease ID and the limit, for a renewal each
 // lease's ID, in the order of KEYS.
 //
 // Acquire (one key) drops the expired members, then adds the ID with a
@@ -121,7 +121,9 @@ var inflight = &script{Script: redis.NewScript(redisTime + inflightBody)}
 func (s *Store) LeaseTime() time.Duration { return s.lease }
 
 // Acquire implements addrlimit.InFlightStore in one script call (its own
-// round trip, not batched with other calls): it drops the lapsed leases of
+// round trip, not batched with other calls). A lease needs an ID of 1 to
+// 200 bytes and a policy name that a Policy would accept (or none), and
+// limit must be at least 1. It drops the lapsed leases of
 // (l.Policy, l.Key), then takes a slot for l.ID, with an expiry of
 // LeaseTime in Redis TIME, if fewer than limit are held. An ID that
 // already holds a slot (an Acquire retried after an error) keeps it,
@@ -179,26 +181,35 @@ func (s *Store) Release(ctx context.Context, l addrlimit.Lease) error {
 // otherwise (Cluster, Ring) one script call per lease, in one pipeline,
 // which go-redis sends to each key's node, so no call spans two slots. A
 // lease still held gets an expiry of LeaseTime from now, in Redis TIME; one
-// that lapsed is not taken again. Leases on a node whose circuit is open
-// are not sent. The error (starting with "redisstore: ") says how many
+// that lapsed is not taken again. Invalid leases (see Acquire) and leases
+// on a node whose circuit is open are not sent. The error (starting with "redisstore: ") says how many
 // leases may not have been renewed and the first reason; the others were.
 func (s *Store) Renew(ctx context.Context, ls []addrlimit.Lease) error {
 	if len(ls) == 0 {
 		return nil
 	}
-	keys := make([]string, len(ls))
-	for i, l := range ls {
+	failed, first := 0, error(nil)
+	fail := func(n int, err error) {
+		failed += n
+		if first == nil {
+			first = err
+		}
+	}
+	// An invalid lease fails alone; the valid ones are renewed.
+	valid, keys := make([]addrlimit.Lease, 0, len(ls)), make([]string, 0, len(ls))
+	for _, l := range ls {
 		k, err := s.leaseKey(l)
 		if err != nil {
-			return err
+			fail(1, err)
+			continue
 		}
-		keys[i] = k
+		valid, keys = append(valid, l), append(keys, k)
 	}
 	chunk := 1
 	if _, single := s.client.(*redis.Client); single {
 		chunk = renewChunk
 	}
-	// A part is one script call: leases ls[from:to], all on node br.
+	// A part is one script call: leases valid[from:to], all on node br.
 	type part struct {
 		from, to int
 		br       *breaker
@@ -208,21 +219,14 @@ func (s *Store) Renew(ctx context.Context, ls []addrlimit.Lease) error {
 	}
 	var parts []*part
 	var nodes []*breaker
-	failed, first := 0, error(nil)
-	fail := func(n int, err error) {
-		failed += n
-		if first == nil {
-			first = err
-		}
-	}
-	for from := 0; from < len(ls); from += chunk {
-		p := &part{from: from, to: min(from+chunk, len(ls)), br: s.breakerFor(ctx, keys[from])}
+	for from := 0; from < len(valid); from += chunk {
+		p := &part{from: from, to: min(from+chunk, len(valid)), br: s.breakerFor(ctx, keys[from])}
 		if err := p.br.check(); err != nil {
 			fail(p.to-p.from, err)
 			continue
 		}
 		p.args = s.inflightArgs(opRenew, p.to-p.from)
-		for _, l := range ls[p.from:p.to] {
+		for _, l := range valid[p.from:p.to] {
 			p.args = append(p.args, l.ID)
 		}
 		p.args = s.inflight.withClock(p.args)
@@ -231,7 +235,7 @@ func (s *Store) Renew(ctx context.Context, ls []addrlimit.Lease) error {
 			nodes = append(nodes, p.br)
 		}
 	}
-	if len(parts) == 0 {
+	if len(parts) == 0 { // every lease invalid, or on a node whose circuit is open
 		return fmt.Errorf("redisstore: renewing %d of %d leases: %w", failed, len(ls), first)
 	}
 	s.roundTripTo(ctx, nodes, len(parts) > 1, func(ctx context.Context) {
@@ -281,7 +285,10 @@ func (s *Store) Renew(ctx context.Context, ls []addrlimit.Lease) error {
 // inflightBody) with room for more entries: its operation, the lease time,
 // then more.
 func (s *Store) inflightArgs(op, more int, args ...any) []any {
-	ms := (s.lease + time.Millisecond - 1) / time.Millisecond
+	// The set's own expiry: the lease time in whole ms, rounded up, and one
+	// ms more, since Redis expires keys on its ms clock, which may lag the
+	// µs TIME the script read: a set never vanishes before its last lease.
+	ms := (s.lease+time.Millisecond-1)/time.Millisecond + 1
 	a := make([]any, 0, 3+more+1) // and a test clock
 	a = append(a, op, int64(s.lease/time.Microsecond), int64(ms))
 	return append(a, args...)

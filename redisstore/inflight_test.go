@@ -462,6 +462,14 @@ func TestInFlightKeysAndErrors(t *testing.T) {
 			t.Errorf("Acquire(%+v, %d): %v, want an error saying %q", bad.l, bad.limit, err, bad.want)
 		}
 	}
+	e, _ := expiry(t, obs, s, l)
+	err = s.Renew(context.Background(), []addrlimit.Lease{{Policy: "export", Key: "k"}, l})
+	if err == nil || !strings.Contains(err.Error(), "renewing 1 of 2 leases") || !strings.Contains(err.Error(), "lease ID must be") {
+		t.Fatalf("Renew of an invalid and a valid lease: %v, want an error about the invalid one", err)
+	}
+	if renewed, _ := expiry(t, obs, s, l); !renewed.After(e) {
+		t.Fatalf("the valid lease was not renewed beside an invalid one: expiry %v, was %v", renewed, e)
+	}
 	for _, d := range []time.Duration{0, 99 * time.Millisecond, time.Hour + 1} {
 		_, err := redisstore.New(shared.client(t), redisstore.WithLeaseTime(d))
 		if want := "redisstore: lease time must be between 100ms and 1h0m0s, got " + d.String(); err == nil || err.Error() != want {
