@@ -1,15 +1,19 @@
 package redisstore_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -207,11 +211,24 @@ func TestInFlightDeadInstanceSlotsReturnWithinTheLease(t *testing.T) {
 		}
 		expiries = append(expiries, e)
 	}
-	slices.SortFunc(expiries, time.Time.Compare)
 	dying.Close() // the instance dies
+	back := slotsBack(t, alive, obs, base, expiries, after)
+	t.Logf("slots back %v after the dead instance's last acquisition (server time; lease %v)", back, lease)
+}
 
+// slotsBack acquires the slots of base's key through alive, one at a time,
+// until it holds len(expiries) of them, and checks it against the dead
+// holder's lease expiries, in Redis time: every refusal came before the
+// last of them, and the k-th slot no earlier than the k-th. It returns
+// when each slot came back, after since (server time), and fails if the
+// last came later than the lease time plus 5 s after since, or if nothing
+// was refused (the test then saw nothing).
+func slotsBack(t *testing.T, alive *redisstore.Store, obs *redis.Client, base addrlimit.Lease, expiries []time.Time, since time.Time) []time.Duration {
+	t.Helper()
+	lease, n := alive.LeaseTime(), len(expiries)
+	expiries = slices.SortedFunc(slices.Values(expiries), time.Time.Compare)
 	got, refusals := 0, 0
-	var back []time.Duration // when each slot came back, after the last acquisition's server time
+	var back []time.Duration
 	for deadline := time.Now().Add(30 * time.Second); got < n; {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d slots back after 30 s of wall time (lease %v)", got, n, lease)
@@ -232,16 +249,138 @@ func TestInFlightDeadInstanceSlotsReturnWithinTheLease(t *testing.T) {
 		if at.Before(expiries[got]) {
 			t.Fatalf("slot %d back at server time %v, before the dead lease expiring at %v lapsed", got+1, at, expiries[got])
 		}
-		back = append(back, at.Sub(after))
+		back = append(back, at.Sub(since))
 		got++
 	}
 	if last := back[n-1]; last > lease+5*time.Second {
-		t.Fatalf("the last slot came back %v after the dead instance's last acquisition, want within the lease %v + 5 s", last, lease)
+		t.Fatalf("the last slot came back %v after %v, want within the lease %v + 5 s", last, since, lease)
 	}
 	if refusals == 0 {
 		t.Fatal("no acquisition was refused while the dead instance's leases ran: the test saw nothing")
 	}
-	t.Logf("slots back %v after the dead instance's last acquisition (server time; lease %v; %d refusals before)", back, lease, refusals)
+	return back
+}
+
+// holderEnv, when set (to "addr prefix n lease"), makes the test binary an
+// instance that holds n slots of one key and renews them until it is
+// killed (see TestMain): the instance TestInFlightSIGKILLedInstance kills.
+const holderEnv = "ADDRLIMIT_TEST_INFLIGHT_HOLDER"
+
+// holdSlots is the holder instance: it takes n slots, prints "holding", and
+// renews them every third of the lease time, for ever.
+func holdSlots(spec string) {
+	f := strings.Fields(spec)
+	n, err := strconv.Atoi(f[2])
+	if err != nil {
+		panic(err)
+	}
+	lease, err := time.ParseDuration(f[3])
+	if err != nil {
+		panic(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: f[0], ContextTimeoutEnabled: true, ClientName: holderName(os.Getpid())})
+	s, err := redisstore.New(c, redisstore.WithKeyPrefix(f[1]), redisstore.WithLeaseTime(lease), redisstore.WithTimeout(testTimeout))
+	if err != nil {
+		panic(err)
+	}
+	var ls []addrlimit.Lease
+	for i := range n {
+		l := holderLease(i)
+		if _, ok, err := s.Acquire(context.Background(), l, n); err != nil || !ok {
+			panic(fmt.Sprint("acquire: ", ok, err))
+		}
+		ls = append(ls, l)
+	}
+	fmt.Println("holding")
+	for {
+		time.Sleep(lease / 3)
+		if err := s.Renew(context.Background(), ls); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// holderName is the Redis client name of the holder process pid.
+func holderName(pid int) string { return fmt.Sprint("inflight-holder-", pid) }
+
+func holderLease(i int) addrlimit.Lease {
+	return addrlimit.Lease{Policy: "export", Key: "198.51.100.7", ID: fmt.Sprint("dead-", i)}
+}
+
+// A real instance process, holding 3 slots and renewing them, killed with
+// SIGKILL: its slots come back once their last renewed leases lapse, in
+// Redis time (see slotsBack), and not before.
+func TestInFlightSIGKILLedInstance(t *testing.T) {
+	needRedis(t)
+	const n, lease = 3, time.Second // the holder renews on a loaded machine
+	prefix := testPrefix(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d %v", holderEnv, shared.addr(), prefix, n, lease))
+	dieWithTests(cmd)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ready := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err == nil && line != "holding\n" {
+			err = fmt.Errorf("holder printed %q", line)
+		}
+		ready <- err
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatalf("holder: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("holder not holding after 30 s\n%s", stderr.String())
+	}
+	alive := newStore(t, shared.client(t), redisstore.WithKeyPrefix(prefix), redisstore.WithLeaseTime(lease))
+	obs := shared.client(t)
+	if got := zcard(t, obs, alive, holderLease(0)); got != n {
+		t.Fatalf("ZCARD %d while the holder runs, want %d", got, n)
+	}
+	time.Sleep(lease + lease/6) // three renewals, then half a renewal period
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killed := serverTime(t, obs)
+	// A renewal the holder sent just before it died may still be in Redis's
+	// socket: once Redis has closed the holder's connections, it has run
+	// everything the holder sent.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		list, err := obs.ClientList(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(list, "name="+holderName(cmd.Process.Pid)+" ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Redis still has the killed holder's connections after 10 s")
+		}
+		time.Sleep(5 * time.Millisecond) // polling Redis for a state
+	}
+	var expiries []time.Time
+	for i := range n {
+		e, ok := expiry(t, obs, alive, holderLease(i))
+		if !ok {
+			t.Fatalf("lease %d lapsed before the kill: the holder did not renew it (a stall of %v?)", i, lease*2/3)
+		}
+		expiries = append(expiries, e)
+	}
+	back := slotsBack(t, alive, obs, holderLease(0), expiries, killed)
+	last := slices.MaxFunc(expiries, time.Time.Compare).Add(-lease)
+	t.Logf("slots back %v after the SIGKILL, %v after the holder's last renewal (server time; lease %v, renewed every %v)", back, back[n-1]+killed.Sub(last), lease, lease/3)
 }
 
 // Renewal keeps a long request's slot for many lease times, in Redis time:
