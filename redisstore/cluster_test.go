@@ -75,7 +75,8 @@ func clusterClient(t testing.TB, nodes []*redisServer) *redis.ClusterClient {
 }
 
 // A real three-master cluster: the conformance suite, the fleet sharing one
-// budget, batches spread over many slots, and a master killed.
+// budget, batches spread over many slots, in-flight slots, and a master
+// killed.
 func TestCluster(t *testing.T) {
 	nodes := startCluster(t)
 	t.Run("conformance", func(t *testing.T) {
@@ -121,6 +122,7 @@ func TestCluster(t *testing.T) {
 	t.Run("several limits equal x/time/rate", func(t *testing.T) {
 		differential(t, 20_000, func(t testing.TB) redis.UniversalClient { return clusterClient(t, nodes) })
 	})
+	t.Run("in-flight slots across slots", func(t *testing.T) { inflightOnCluster(t, nodes) })
 	t.Run("a master killed", func(t *testing.T) { killOneMaster(t, nodes) })
 }
 

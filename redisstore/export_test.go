@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/addrlimit/addrlimit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,8 +28,9 @@ const argvClock = `local now, slack = tonumber(ARGV[#ARGV]), 3600000`
 // hour late.
 func WithClock(now func() time.Time) Option {
 	sc := &script{Script: redis.NewScript(argvClock + gcraBody), clock: now}
+	in := &script{Script: redis.NewScript(argvClock + inflightBody), clock: now}
 	return func(s *Store) error {
-		s.script = sc
+		s.script, s.inflight = sc, in
 		return nil
 	}
 }
@@ -41,3 +43,6 @@ func (s *Store) Probing() bool { return s.single.probing.Load() }
 func RunScript(ctx context.Context, c redis.Scripter, key string, args ...any) error {
 	return gcra.Run(ctx, c, []string{key}, args...).Err()
 }
+
+// LeaseKey returns the Redis key of l's in-flight slots.
+func (s *Store) LeaseKey(l addrlimit.Lease) (string, error) { return s.leaseKey(l) }

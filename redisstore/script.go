@@ -211,10 +211,20 @@ func (sc *script) args(calls []*call) ([]string, []any) {
 		}
 		args[argsPerCall*j], args[argsPerCall*j+1], args[argsPerCall*j+2] = c.op, c.n, at
 	}
+	return keys, sc.withClock(args)
+}
+
+// withClock returns args, then the time if sc takes it from ARGV (tests).
+func (sc *script) withClock(args []any) []any {
 	if sc.clock != nil {
 		args = append(args, sc.clock().UnixMicro())
 	}
-	return keys, args
+	return args
+}
+
+// eval runs sc with keys and args (and the time, see withClock).
+func (sc *script) eval(ctx context.Context, c redis.Scripter, keys []string, args []any) ([]any, error) {
+	return sc.Run(ctx, c, keys, sc.withClock(args)...).Slice()
 }
 
 // setResults spreads a script's reply (or err) over the calls it answered:

@@ -34,6 +34,16 @@
 // ("{user42}:login", "{user42}:api") share a slot, so a hash tag in the
 // prefix would put every bucket in one slot.
 //
+// # In-flight slots
+//
+// The Store is an addrlimit.InFlightStore: a key's slots under a policy
+// are one sorted set ("/inflight" after the policy name, then the client
+// part as above), one lease per running request, scored with its expiry
+// in Redis TIME (WithLeaseTime). Acquire is one script call, Release one
+// ZREM, and Renew one round trip for every lease it is given; a lease
+// nobody renews lapses, so an instance that dies gives its slots back
+// within the lease time.
+//
 // # Redis configuration
 //
 // The limit holds only if Redis never deletes a bucket in use: a deleted
@@ -109,6 +119,8 @@ type Store struct {
 	probeEvery time.Duration
 	batch      *batcher // nil when batching is off
 	script     *script  // gcra; tests may set another clock
+	inflight   *script  // in-flight slots, on the same clock as script
+	lease      time.Duration
 
 	single   *breaker // the breaker unless cluster
 	breakers sync.Map // cluster: node address → *breaker
@@ -222,7 +234,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	s := &Store{
 		client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, deny: newDenyCache(DefaultDenyCacheMax),
 		failures: DefaultBreakerFailures, probeEvery: DefaultProbeEvery, batch: &batcher{maxBatch: DefaultMaxBatch},
-		script: gcra,
+		script: gcra, inflight: inflight, lease: DefaultLeaseTime,
 	}
 	for i, o := range opts {
 		if o == nil {
@@ -478,16 +490,7 @@ func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 			nodes = append(nodes, c.br)
 		}
 	}
-	extended := false
-	for _, b := range nodes {
-		if b.mustConnect(pipelined) { // on every node: it counts the round trip
-			extended = true
-		}
-	}
-	timeout := s.timeout
-	if extended {
-		timeout *= connectFactor
-	}
+	timeout, extended := s.startRoundTrip(nodes, pipelined)
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	now := time.Now()
 	for _, c := range calls {
@@ -500,15 +503,36 @@ func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 		s.script.run(rctx, s.client, calls)
 	}
 	cancel()
-	for _, b := range nodes {
-		b.roundTrips.Add(-1)
-	}
+	endRoundTrip(nodes)
 	if extended && ctx.Err() == nil {
 		for _, c := range calls {
 			if c.err != nil && isOutage(c.err) {
 				c.br.unreachable.Store(true)
 			}
 		}
+	}
+}
+
+// startRoundTrip counts one more round trip in flight to each of nodes
+// (endRoundTrip counts it off) and returns its bound: the store's timeout,
+// or connectFactor times that, reported as extended, if a node may have
+// to open a connection first (see breaker.mustConnect).
+func (s *Store) startRoundTrip(nodes []*breaker, pipelined bool) (timeout time.Duration, extended bool) {
+	for _, b := range nodes {
+		if b.mustConnect(pipelined) { // on every node: it counts the round trip
+			extended = true
+		}
+	}
+	if extended {
+		return connectFactor * s.timeout, true
+	}
+	return s.timeout, false
+}
+
+// endRoundTrip counts off the round trip that startRoundTrip counted.
+func endRoundTrip(nodes []*breaker) {
+	for _, b := range nodes {
+		b.roundTrips.Add(-1)
 	}
 }
 

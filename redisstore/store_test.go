@@ -17,11 +17,12 @@ import (
 )
 
 // counter is a go-redis hook that counts the script calls sent (EVALSHA and
-// EVAL; connection set-up commands are not decisions) and the keys they
-// carry. gate, when set, is called before each script call is sent.
+// EVAL; connection set-up commands are not decisions), the keys they carry
+// and the pipelines that carry them. gate, when set, is called before each
+// script call is sent.
 type counter struct {
-	n, keys atomic.Int64
-	gate    func(keys int64)
+	n, keys, pipes atomic.Int64
+	gate           func(keys int64)
 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -33,8 +34,12 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		before := c.n.Load()
 		for _, cmd := range cmds {
 			c.count(cmd)
+		}
+		if c.n.Load() != before {
+			c.pipes.Add(1)
 		}
 		return next(ctx, cmds)
 	}

@@ -2,7 +2,9 @@
 // implementations, in the style of testing/fstest: the built-in in-memory
 // store, the redisstore module and any third-party store (memcached,
 // Postgres, DynamoDB, …) run the same sequences of calls and must give the
-// same decisions, Remaining, RetryAfter and ResetAfter.
+// same decisions, Remaining, RetryAfter and ResetAfter. A store that is also
+// an addrlimit.InFlightStore runs the in-flight cases too: exact limits,
+// releases that free one lease once, leases that lapse unless renewed.
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, storetest.Harness{
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,7 +69,7 @@ func Run(t *testing.T, h Harness) {
 
 // runCases runs every case on wrap of a new store.
 func runCases(t *testing.T, h Harness, wrap func(addrlimit.Store) addrlimit.Store) {
-	for _, c := range cases {
+	for _, c := range slices.Concat(cases, inflightCases) {
 		t.Run(c.name, func(t *testing.T) {
 			run := func(t *testing.T) {
 				store := h.New(t)
