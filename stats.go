@@ -83,7 +83,7 @@ func (l *Limiter) Stats() Stats {
 		StoreErrors:         l.storeErrors.Load(),
 	}
 	var fill float64
-	for _, ps := range l.policies {
+	for _, ps := range l.pols.Load().list {
 		t := ps.table.Stats()
 		p := PolicyStats{
 			Name:    ps.Name,

@@ -3,6 +3,7 @@ package bucket
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,7 +66,15 @@ type Table struct {
 	all    [MaxLimits]Policy // every limit's policy, for the loops over them
 	n      int               // the number of limits
 	shards []shard
+	// maxKeys is NewTable's, for a successor with the same shards.
+	maxKeys int
 	mask   uint64
+	// Reconfiguration (see Successor): the table whose buckets this one
+	// inherits, shard by shard, until Settle (read under a pending shard's
+	// lock only); how (inherit); and the table that inherited this one's.
+	prev    *Table
+	inherit inheritance
+	next    atomic.Pointer[Table]
 }
 
 // MaxLimits bounds the limits of a Table.
@@ -88,6 +97,9 @@ type shard struct {
 	now      int64 // latest time seen, for Stats
 	// Counted under mu: no atomics on the hot path.
 	evictions, allowed, limited uint64
+	// pending: the shard has not inherited its predecessor's shard yet;
+	// retired: a successor's shard has inherited this one (see Successor).
+	pending, retired bool
 }
 
 // multiShard is the state of a shard of a table of several limits beyond
@@ -113,7 +125,7 @@ func NewTable(policy Policy, maxKeys int, more ...Policy) *Table {
 	for n < 256 && maxKeys/(n*2) >= 64 {
 		n *= 2
 	}
-	t := &Table{policy: policy, clock: newSketchClock(policy.tau), shards: make([]shard, n), mask: uint64(n - 1)}
+	t := &Table{policy: policy, clock: newSketchClock(policy.tau), shards: make([]shard, n), mask: uint64(n - 1), maxKeys: maxKeys}
 	t.all[0], t.n = policy, 1+len(more)
 	for i, p := range more {
 		t.more = append(t.more, limit{policy: p, clock: newSketchClock(p.tau)})
@@ -153,7 +165,9 @@ func (s *shard) sketchOf(j int) **sketch {
 	return &s.ex.more.sk[j-1]
 }
 
-func (t *Table) shard(h uint64) *shard { return &t.shards[(h^h>>32)&t.mask] }
+func (t *Table) shardIndex(h uint64) int { return int((h ^ h>>32) & t.mask) }
+
+func (t *Table) shard(h uint64) *shard { return &t.shards[t.shardIndex(h)] }
 
 // key returns hash h as the exact table keys it: shifted left, as bit 0 is
 // the slot's pin mark, and 2 for what would be 0, which marks empty slots
@@ -166,15 +180,23 @@ func key(h uint64) uint64 {
 	return h
 }
 
-// lock locks h's shard and records now for Stats. It returns key(h).
-func (t *Table) lock(h uint64, now int64) (*shard, uint64, int64) {
+// lock locks h's shard and records now for Stats. It returns the table
+// that holds h's buckets (t, or the successor of a reconfigured t: see
+// Successor), the shard, key(h) and the shard's time.
+func (t *Table) lock(h uint64, now int64) (*Table, *shard, uint64, int64) {
 	h = key(h)
-	s := t.shard(h)
-	s.mu.Lock()
-	if now > s.now {
-		s.now = now
+	i := t.shardIndex(h)
+	for {
+		s := t.lockShard(i, now)
+		if !s.retired {
+			if now > s.now {
+				s.now = now
+			}
+			return t, s, h, s.now
+		}
+		s.mu.Unlock()
+		t = t.next.Load()
 	}
-	return s, h, s.now
 }
 
 // states returns h's state under each limit, exact or estimated, and
@@ -209,8 +231,11 @@ func (t *Table) fulls(tats *[MaxLimits]int64, now int64) (f Fulls) {
 // of each bucket after the call, and for a denied Take, denier: the limit
 // that denied with the longest wait for n tokens (the first of equals),
 // counted in TableStats.LimitedBy.
-func (t *Table) Take(h uint64, now, n int64) (allowed bool, denier int, f Fulls) {
-	s, h, now := t.lock(h, now)
+//
+// The table that decided is by: t, or after a reconfiguration its successor
+// (see Successor), whose limits the states f are of.
+func (t *Table) Take(h uint64, now, n int64) (allowed bool, denier int, f Fulls, by *Table) {
+	t, s, h, now := t.lock(h, now)
 	if s.ex.more != nil {
 		return t.takeAll(s, h, now, n)
 	}
@@ -234,11 +259,11 @@ func (t *Table) Take(h uint64, now, n int64) (allowed bool, denier int, f Fulls)
 	}
 	s.mu.Unlock()
 	f[0] = time.Duration(max(next, now) - now)
-	return allowed, 0, f
+	return allowed, 0, f, t
 }
 
 // takeAll is Take for a table of several limits, with s locked.
-func (t *Table) takeAll(s *shard, h uint64, now, n int64) (allowed bool, denier int, f Fulls) {
+func (t *Table) takeAll(s *shard, h uint64, now, n int64) (allowed bool, denier int, f Fulls, by *Table) {
 	var tats, next [MaxLimits]int64
 	i, ok := s.states(t, h, now, &tats)
 	allowed = true
@@ -268,14 +293,14 @@ func (t *Table) takeAll(s *shard, h uint64, now, n int64) (allowed bool, denier 
 		s.ex.more.limited[denier]++
 	}
 	s.mu.Unlock()
-	return allowed, denier, t.fulls(&tats, now)
+	return allowed, denier, t.fulls(&tats, now), t
 }
 
 // Refund gives n tokens back at now to every bucket of hash h, never above
 // full (1 <= n <= the smallest Burst, checked by the caller), and reports
 // them as Peek does.
-func (t *Table) Refund(h uint64, now, n int64) Fulls {
-	s, h, now := t.lock(h, now)
+func (t *Table) Refund(h uint64, now, n int64) (Fulls, *Table) {
+	t, s, h, now := t.lock(h, now)
 	var tats [MaxLimits]int64
 	_, ok := s.states(t, h, now, &tats)
 	for j := range t.limits() {
@@ -284,16 +309,17 @@ func (t *Table) Refund(h uint64, now, n int64) Fulls {
 	}
 	s.set(t, h, &tats, now, ok)
 	s.mu.Unlock()
-	return t.fulls(&tats, now)
+	return t.fulls(&tats, now), t
 }
 
-// Peek reports the buckets of hash h at now without changing them.
-func (t *Table) Peek(h uint64, now int64) Fulls {
-	s, h, now := t.lock(h, now)
+// Peek reports the buckets of hash h at now without changing them, and the
+// table that holds them (as Take).
+func (t *Table) Peek(h uint64, now int64) (Fulls, *Table) {
+	t, s, h, now := t.lock(h, now)
 	var tats [MaxLimits]int64
 	s.states(t, h, now, &tats)
 	s.mu.Unlock()
-	return t.fulls(&tats, now)
+	return t.fulls(&tats, now), t
 }
 
 // Reset makes the bucket of hash h full at now, even if the approximate
@@ -310,7 +336,7 @@ func (t *Table) Peek(h uint64, now int64) Fulls {
 // In a table of several limits, every bucket of h is made full, and the
 // memory is that of any limit.
 func (t *Table) Reset(h uint64, now int64) {
-	s, h, now := t.lock(h, now)
+	t, s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
 	_, ok := s.ex.find(h)
 	full := [MaxLimits]int64{now, now, now, now}
@@ -346,9 +372,16 @@ func maxPins(shardCap int) int { return max(1, shardCap/8) }
 // one, the later (emptier) is kept for each limit, so answers that arrive
 // out of order never make the copy fuller. The state is kept exactly,
 // whatever the approximate memory says.
+//
+// f is of t's limits: if a successor holds h's buckets now, f is carried
+// over to its limits by the rule of Successor.
 func (t *Table) Mirror(h uint64, now int64, f Fulls) {
-	s, h, now := t.lock(h, now)
+	from := t
+	t, s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
+	for ; from != t; from = from.next.Load() {
+		f = from.next.Load().inheritedFulls(f, now)
+	}
 	var old [MaxLimits]int64
 	i, ok := s.ex.find(h)
 	if ok {
@@ -655,8 +688,7 @@ func (t *Table) Stats() TableStats {
 	var st TableStats
 	now := int64(math.MinInt64)
 	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
+		s := t.lockShard(i, math.MinInt64)
 		now = max(now, s.now)
 		st.Allowed += s.allowed
 		st.Limited += s.limited
@@ -686,8 +718,7 @@ func (t *Table) approx(j int, now int64) (int, float64) {
 	_, c := t.limit(j)
 	live, width, approx := 0, 0, 0.0
 	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
+		s := t.lockShard(i, now)
 		if sk := *s.sketchOf(j); sk != nil {
 			l, w := sk.fill(c, now)
 			live, width = live+l, width+w
