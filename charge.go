@@ -17,7 +17,7 @@ import (
 // and BenchmarkAllowed10k (see internal/DESIGN.md).
 func (l *Limiter) decide(ctx context.Context, c *Call, r *http.Request, str bool, d *Decision) (*policyState, bucketKey) {
 	d.Route = c.Route
-	class, id := l.exemption(c.Authorization, c.Exempt, r, d)
+	class, ids, id := l.exemption(c.Authorization, c.Exempt, r, d)
 	if d.Outcome == Exempt {
 		return nil, bucketKey{}
 	}
@@ -38,11 +38,11 @@ func (l *Limiter) decide(ctx context.Context, c *Call, r *http.Request, str bool
 		}
 		if d.RetiredToken {
 			l.retiredLimited.Add(1)
-			l.identities.count(l.identities.retired, id)
+			ids.count(ids.retired, id)
 		}
 	}
 	if d.RetiredToken {
-		d.Identity = l.identities.name(id)
+		d.Identity = ids.name(id)
 	}
 	return ps, k
 }
@@ -60,24 +60,29 @@ func join(a, b error) error {
 }
 
 // exemption classifies the bearer token of the Authorization values, and
-// returns its class and identity. If the call is exempt (an accepted
-// secret, the adapter's rule, or WithExempt for an HTTP request r), it
-// counts it (per identity for an accepted secret, naming it in d) and sets
-// d.Outcome to Exempt.
-func (l *Limiter) exemption(authorization []string, exempt bool, r *http.Request, d *Decision) (tokenClass, int) {
+// returns its class, the identity counters and its identity among them. If
+// the call is exempt (an accepted secret, the adapter's rule, or WithExempt
+// for an HTTP request r), it counts it (per identity for an accepted
+// secret, naming it in d) and sets d.Outcome to Exempt.
+func (l *Limiter) exemption(authorization []string, exempt bool, r *http.Request, d *Decision) (tokenClass, *identityCounters, int) {
 	class, id := tokenNone, 0
+	var ids *identityCounters
 	if l.token != nil {
-		class, id = l.token.classify(authorization)
+		var ts *tokenSecrets
+		class, id, ts = l.token.classify(authorization)
+		if class != tokenNone {
+			ids, id = l.identitiesOf(ts, id)
+		}
 	}
 	if class == tokenAccepted {
-		l.identities.count(l.identities.exempt, id)
-		d.Identity = l.identities.name(id)
+		ids.count(ids.exempt, id)
+		d.Identity = ids.name(id)
 	}
 	if class == tokenAccepted || exempt || r != nil && l.exempt != nil && l.exempt(r) {
 		l.exempted.Add(1)
 		d.Outcome = Exempt
 	}
-	return class, id
+	return class, ids, id
 }
 
 // describe applies the Limiter's HTTP rules to r, a request that is not

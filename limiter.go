@@ -90,7 +90,8 @@ type Limiter struct {
 	reconf    sync.Mutex // serialises SetPolicies
 
 	exempted, credentialed, retiredLimited, keyErrors, storeErrors, refunded atomic.Uint64
-	identities                                                               *identityCounters // per identity of token
+	identities                                                               atomic.Pointer[identityCounters] // per identity of token's current secrets
+	identityMu                                                               sync.Mutex                       // serialises recount
 }
 
 // policyState is one policy with its buckets, its header fields and the
@@ -177,7 +178,6 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		refund:     c.refund,
 		exempt:     c.exempt,
 		token:      c.token,
-		identities: newIdentityCounters(c.token),
 		denied:     c.denied,
 		observers:  c.observers,
 		dryRun:     c.dryRun,
@@ -193,6 +193,11 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	}
 	l.keys = l.store.keys()
 	l.mem, l.headers = mem, c.headers
+	var ts *tokenSecrets
+	if c.token != nil {
+		ts = c.token.load()
+	}
+	l.identities.Store(newIdentityCounters(ts, nil))
 	l.checker, _ = c.store.(PolicyChecker)
 	ps := append([]Policy{def}, c.policies...) // validated: by newPolicy or WithPolicy
 	if err := l.checkPolicies(ps); err != nil {

@@ -104,6 +104,11 @@ func (l *Limiter) Stats() Stats {
 		fill = max(fill, t.ApproxFill)
 	}
 	s.ApproxFill = fill
-	s.Identities = l.identities.stats()
+	var cur *tokenSecrets
+	if l.token != nil {
+		cur = l.token.load()
+	}
+	ids, _ := l.identitiesOf(cur, 0)
+	s.Identities = ids.stats()
 	return s
 }

@@ -92,14 +92,14 @@ type shard struct {
 	sk  *sketch // the first limit's approximate memory; nil until the shard fills
 	max int32
 	// admitted counts new keys admitted below the cap, to sweep every
-	// sweepEvery of them.
-	admitted uint32
-	now      int64 // latest time seen, for Stats
-	// Counted under mu: no atomics on the hot path.
-	evictions, allowed, limited uint64
+	// sweepEvery of them (a divisor of 1<<16).
+	admitted uint16
 	// pending: the shard has not inherited its predecessor's shard yet;
 	// retired: a successor's shard has inherited this one (see Successor).
 	pending, retired bool
+	now      int64 // latest time seen, for Stats
+	// Counted under mu: no atomics on the hot path.
+	evictions, allowed, limited uint64
 }
 
 // multiShard is the state of a shard of a table of several limits beyond
