@@ -71,8 +71,8 @@ import (
 // Limiter not built with New", every other method panics with it.
 type Limiter struct {
 	pols      atomic.Pointer[policySet] // read once per decision; SetPolicies replaces it
-	keyFunc   KeyFunc // nil: the peer address, formatted without allocating
-	addrKeys  bool    // requests are keyed by AddrKey (keysByAddr): see namedKey
+	keyFunc   KeyFunc                   // nil: the peer address, formatted without allocating
+	addrKeys  bool                      // requests are keyed by AddrKey (keysByAddr): see namedKey
 	selector  PolicySelector
 	cost      func(*http.Request) int
 	refund    func(int) bool
@@ -81,9 +81,9 @@ type Limiter struct {
 	denied    http.Handler
 	observers []func(context.Context, Decision)
 	dryRun    bool
-	inContext bool  // WithDecisionInContext
-	store     seam  // memStore, or failover around the WithStore Store
-	keys      keyer // the seam's: how keys are hashed, and whether it needs their strings
+	inContext bool          // WithDecisionInContext
+	store     seam          // memStore, or failover around the WithStore Store
+	keys      keyer         // the seam's: how keys are hashed, and whether it needs their strings
 	mem       *memStore     // the tables (failover's local ones with a Store)
 	checker   PolicyChecker // WithStore's Store, if it checks policies
 	headers   HeaderStyle
@@ -171,17 +171,17 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{
-		keyFunc:    c.keyFunc,
-		addrKeys:   keysByAddr(c.keyFunc),
-		selector:   c.selector,
-		cost:       c.cost,
-		refund:     c.refund,
-		exempt:     c.exempt,
-		token:      c.token,
-		denied:     c.denied,
-		observers:  c.observers,
-		dryRun:     c.dryRun,
-		inContext:  c.decisionInContext,
+		keyFunc:   c.keyFunc,
+		addrKeys:  keysByAddr(c.keyFunc),
+		selector:  c.selector,
+		cost:      c.cost,
+		refund:    c.refund,
+		exempt:    c.exempt,
+		token:     c.token,
+		denied:    c.denied,
+		observers: c.observers,
+		dryRun:    c.dryRun,
+		inContext: c.decisionInContext,
 	}
 	mem := newMemStore(c.maxKeys)
 	if c.clock != nil {

@@ -68,7 +68,7 @@ type Table struct {
 	shards []shard
 	// maxKeys is NewTable's, for a successor with the same shards.
 	maxKeys int
-	mask   uint64
+	mask    uint64
 	// Reconfiguration (see Successor): the table whose buckets this one
 	// inherits, shard by shard, until Settle (read under a pending shard's
 	// lock only); how (inherit); and the table that inherited this one's.
@@ -97,7 +97,7 @@ type shard struct {
 	// pending: the shard has not inherited its predecessor's shard yet;
 	// retired: a successor's shard has inherited this one (see Successor).
 	pending, retired bool
-	now      int64 // latest time seen, for Stats
+	now              int64 // latest time seen, for Stats
 	// Counted under mu: no atomics on the hot path.
 	evictions, allowed, limited uint64
 }
