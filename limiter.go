@@ -252,7 +252,7 @@ func (l *Limiter) SetPolicies(policies ...Policy) error {
 	}
 	for _, p := range policies {
 		if err := p.Validate(); err != nil {
-			return fmt.Errorf("addrlimit: SetPolicies: %w", err)
+			return err
 		}
 	}
 	named := make([]Policy, len(policies))
