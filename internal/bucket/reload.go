@@ -52,7 +52,7 @@ func (t *Table) Successor(from []int, policy Policy, more ...Policy) *Table {
 	}
 	n.inherit.old = t.all
 	for i := range n.shards {
-		n.shards[i].pending = true
+		n.shards[i].moved = pending
 	}
 	if !t.next.CompareAndSwap(nil, n) {
 		panic("bucket: a table has one successor")
@@ -79,11 +79,17 @@ func (t *Table) Settle(now int64) {
 func (t *Table) lockShard(i int, now int64) *shard {
 	s := &t.shards[i]
 	s.mu.Lock()
-	if s.pending {
+	if s.moved == pending {
 		t.move(i, s, now)
 	}
 	return s
 }
+
+// The states of a shard's moved.
+const (
+	pending = 1 + iota
+	retired
+)
 
 // move gives the locked shard i, s, its predecessor's buckets at now (or
 // the later time either shard has seen) and retires the predecessor's
@@ -124,9 +130,9 @@ func (t *Table) move(i int, s *shard, now int64) {
 			}
 		}
 	}
-	p.ex, p.sk, p.retired = exact{}, nil, true
+	p.ex, p.sk, p.moved = exact{}, nil, retired
 	p.mu.Unlock()
-	s.pending = false
+	s.moved = 0
 }
 
 // limitedBy is the shard's count of denials by its limit j.

@@ -94,10 +94,11 @@ type shard struct {
 	// admitted counts new keys admitted below the cap, to sweep every
 	// sweepEvery of them (a divisor of 1<<16).
 	admitted uint16
-	// pending: the shard has not inherited its predecessor's shard yet;
-	// retired: a successor's shard has inherited this one (see Successor).
-	pending, retired bool
-	now              int64 // latest time seen, for Stats
+	// moved is 0, or pending: the shard has not inherited its
+	// predecessor's shard yet, or retired: a successor's shard has
+	// inherited this one (see Successor).
+	moved uint8
+	now   int64 // latest time seen, for Stats
 	// Counted under mu: no atomics on the hot path.
 	evictions, allowed, limited uint64
 }
@@ -185,10 +186,26 @@ func key(h uint64) uint64 {
 // Successor), the shard, key(h) and the shard's time.
 func (t *Table) lock(h uint64, now int64) (*Table, *shard, uint64, int64) {
 	h = key(h)
+	s := t.shard(h)
+	s.mu.Lock()
+	if s.moved != 0 {
+		return t.lockMoved(h, s, now)
+	}
+	if now > s.now {
+		s.now = now
+	}
+	return t, s, h, s.now
+}
+
+// lockMoved is lock for a locked shard s of h that is pending or retired
+// (see Successor).
+func (t *Table) lockMoved(h uint64, s *shard, now int64) (*Table, *shard, uint64, int64) {
 	i := t.shardIndex(h)
 	for {
-		s := t.lockShard(i, now)
-		if !s.retired {
+		if s.moved == pending {
+			t.move(i, s, now)
+		}
+		if s.moved != retired {
 			if now > s.now {
 				s.now = now
 			}
@@ -196,6 +213,8 @@ func (t *Table) lock(h uint64, now int64) (*Table, *shard, uint64, int64) {
 		}
 		s.mu.Unlock()
 		t = t.next.Load()
+		s = &t.shards[i]
+		s.mu.Lock()
 	}
 }
 
