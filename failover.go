@@ -63,7 +63,7 @@ func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int
 		ps.count(&a)
 		return a
 	}
-	a = ps.tableTake(k.hash, f.local.now(), n) // counted by the table
+	a = f.local.take(ctx, ps, k, n) // counted by the table
 	a.err = err
 	if ps = a.ps; a.Allowed && f.debts != nil {
 		ps.debts.add(k.s, n, f.local.now(), ps.tau(), ps.maxCost)

@@ -188,14 +188,9 @@ func (ps *policyState) peeked(f bucket.Fulls) answer {
 	return a
 }
 
+// take answers by the policy whose table decided (see answer.ps).
 func (m *memStore) take(_ context.Context, ps *policyState, k bucketKey, n int) answer {
-	return ps.tableTake(k.hash, m.now(), n)
-}
-
-// tableTake is the answer of ps's table to a Take of n tokens for hash h at
-// now, by the policy whose table decided (see answer.ps).
-func (ps *policyState) tableTake(h uint64, now int64, n int) answer {
-	allowed, _, f, t := ps.table.Take(h, now, int64(n))
+	allowed, _, f, t := ps.table.Take(k.hash, m.now(), int64(n))
 	ps = ps.holding(t)
 	a := ps.taken(allowed, n, &f)
 	a.ps = ps
