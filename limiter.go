@@ -65,7 +65,9 @@ import (
 )
 
 // Limiter limits requests per key under one or more policies. Build it with
-// New; it is immutable and safe for concurrent use, and starts no goroutine.
+// New; it is safe for concurrent use and starts no goroutine. Its policies
+// can be replaced while it runs (SetPolicies); the rest of its
+// configuration is fixed by New.
 // A Limiter not built by New (the zero value, or a nil pointer) never lets a
 // request through unlimited: Peek and Reset return the error "addrlimit:
 // Limiter not built with New", every other method panics with it.

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -342,5 +345,83 @@ func TestInternalTokenReplace(t *testing.T) {
 	}
 	if err := (&addrlimit.InternalToken{}).Replace(next); err == nil {
 		t.Error("Replace on a zero token succeeded, want an error")
+	}
+}
+
+// The recipe's poll loop, driven by an injected tick: a rotated secret
+// (written as the kubelet does, by a symlink swap) and a changed policy
+// file apply at the next tick; a bad file is refused once, with the running
+// configuration kept, and not retried until its content changes.
+func TestReloadRecipe(t *testing.T) {
+	dir := t.TempDir()
+	secrets, policies := filepath.Join(dir, "secrets"), filepath.Join(dir, "policies.json")
+	const oldSecret, newSecret = "edge-secret-november-0001", "edge-secret-december-0002"
+	write := func(path, content string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writeMountedSecret(secrets, map[string]string{"edge": oldSecret}); err != nil {
+		t.Fatal(err)
+	}
+	write(policies, `{"policies": [{"name": "default", "limits": [{"requests": 5, "per": "1h"}]}]}`)
+	tok, _ := addrlimit.NewInternalToken("placeholder-until-the-first-check")
+	lim := mustNew(t, 1, time.Minute, addrlimit.WithInternalToken(tok), addrlimit.WithClock(frozen()))
+	var logs strings.Builder
+	r := &reloader{lim: lim, tok: tok, policyPath: policies, secretDir: secrets, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	tick, results := make(chan time.Time), make(chan error)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.run(ctx, tick, func(err error) { results <- err })
+	poll := func() error { tick <- time.Time{}; return <-results }
+	exempt := func(secret string) bool {
+		return lim.Allow(req("192.0.2.1:1", "Authorization", "Bearer "+secret)).Outcome == addrlimit.Exempt
+	}
+	if err := poll(); err != nil {
+		t.Fatal(err)
+	}
+	lim.AllowKey(ctx, "", "k", 3)
+	if !exempt(oldSecret) || lim.Policies()[0].Limits[0].Burst != 5 {
+		t.Fatal("first poll did not apply the files")
+	}
+
+	if err := writeMountedSecret(secrets, map[string]string{"edge": newSecret}); err != nil {
+		t.Fatal(err)
+	}
+	write(policies, `{"policies": [{"name": "default", "limits": [{"requests": 8, "per": "1h"}]}]}`)
+	if err := poll(); err != nil {
+		t.Fatal(err)
+	}
+	if !exempt(newSecret) || exempt(oldSecret) {
+		t.Errorf("after the swap: new secret exempt %v, old %v; want true, false", exempt(newSecret), exempt(oldSecret))
+	}
+	if got := peekRemaining(t, lim, "", "k"); got != 5 {
+		t.Errorf("after 5/h became 8/h with 3 spent: %d left, want 5", got)
+	}
+
+	write(policies, `{"policies": [{"name": "default", "limits": [{"requests": 8, "per": "1h", "brust": 9}]}]}`)
+	err := poll()
+	if err == nil || !strings.Contains(err.Error(), `unknown field "brust"`) {
+		t.Errorf("a misspelt field: %v, want the field named", err)
+	}
+	if err := poll(); err != nil {
+		t.Errorf("the same bad file again: %v, want nothing new", err)
+	}
+	if err := writeMountedSecret(secrets, map[string]string{"edge": "tiny-secret1"}); err != nil {
+		t.Fatal(err)
+	}
+	err = poll()
+	if err == nil || !strings.Contains(err.Error(), "shorter than the minimum") || strings.Contains(err.Error(), "tiny-secret1") {
+		t.Errorf("a short secret: %v, want it refused without the secret", err)
+	}
+	if !exempt(newSecret) || lim.Policies()[0].Limits[0].Burst != 8 || peekRemaining(t, lim, "", "k") != 5 {
+		t.Error("a refused file changed the running configuration")
+	}
+	if a, f := r.Applied.Load(), r.Refused.Load(); a != 4 || f != 2 {
+		t.Errorf("applied %d, refused %d; want 4, 2", a, f)
+	}
+	if n := strings.Count(logs.String(), "configuration refused"); n != 2 || strings.Contains(logs.String(), "tiny-secret1") {
+		t.Errorf("%d refusal lines, want 2, and no secret:\n%s", n, logs.String())
 	}
 }
