@@ -511,6 +511,9 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 	if a.err != nil {
 		return Decision{}, a.err
 	}
+	if a.ps != nil {
+		ps = a.ps // SetPolicies replaced ps meanwhile
+	}
 	var d Decision
 	d.record(ps, &a)
 	d.Key = key
