@@ -35,7 +35,7 @@ func peekRemaining(t *testing.T, lim *addrlimit.Limiter, policy, key string) int
 	return d.Remaining
 }
 
-// The example: a client that spent 250 of 300 keeps them spent when
+// A client that spent 250 of 300 keeps them spent when
 // the limit becomes 400 (150 left, not a fresh 400), and has none left when
 // it becomes 100. Before SetPolicies the only way to change a limit was a
 // new Limiter: a fresh bucket of the new burst.
@@ -212,6 +212,7 @@ func TestReconfigureUnderLoad(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
+	start := time.Now()
 	var charged [keys]atomic.Int64 // per key, under the default policy (api: +keys)
 	var apiCharged [keys]atomic.Int64
 	for w := range workers {
@@ -249,6 +250,7 @@ func TestReconfigureUnderLoad(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	elapsed := time.Since(start)
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
@@ -287,7 +289,7 @@ func TestReconfigureUnderLoad(t *testing.T) {
 	if want := uint64(workers * perWorker); s.Allowed != want || s.Limited != 0 || s.KeyErrors != 0 {
 		t.Errorf("Stats: %d allowed, %d limited, %d key errors; want %d, 0, 0", s.Allowed, s.Limited, s.KeyErrors, want)
 	}
-	t.Logf("%d requests and %d exempt ones on %d cores, %d changes of the policies and the token", workers*perWorker, s.Exempt, runtime.GOMAXPROCS(0), n)
+	t.Logf("%d requests and %d exempt ones on %d cores in %v (%.0f/s), %d changes of the policies and the token", workers*perWorker, s.Exempt, runtime.GOMAXPROCS(0), elapsed.Round(time.Millisecond), float64(workers*perWorker+int(s.Exempt))/elapsed.Seconds(), n)
 }
 
 // InternalToken.Replace changes what the token accepts for the Limiter and

@@ -14,7 +14,7 @@ func remainingOf(t *testing.T, tab *Table, h uint64, now int64, j int) int {
 	return r
 }
 
-// A successor keeps the tokens each bucket spent (the example: 250
+// A successor keeps the tokens each bucket spent (250
 // of 300 spent stays 250 spent when the burst becomes 400), capped at an
 // empty bucket, and refills them at the new rate.
 func TestSuccessorKeepsTokensSpent(t *testing.T) {
