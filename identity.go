@@ -106,9 +106,12 @@ type IdentityStats struct {
 // is identity i+1's (the anonymous secrets, identity 0, count only in the
 // totals).
 type identityCounters struct {
-	src             *tokenSecrets
-	names           []string
-	exempt, retired []atomic.Uint64
+	src   *tokenSecrets
+	names []string
+	// The counters are shared with the counters of earlier and later
+	// secrets for the identities of the same name, so that a count made on
+	// either side of Replace is never lost.
+	exempt, retired []*atomic.Uint64
 }
 
 // newIdentityCounters returns the counters of the identities of secrets ts
@@ -122,22 +125,24 @@ func newIdentityCounters(ts *tokenSecrets, from *identityCounters) *identityCoun
 	c := &identityCounters{
 		src:     ts,
 		names:   names,
-		exempt:  make([]atomic.Uint64, len(names)),
-		retired: make([]atomic.Uint64, len(names)),
+		exempt:  make([]*atomic.Uint64, len(names)),
+		retired: make([]*atomic.Uint64, len(names)),
 	}
-	if from != nil {
-		for i, n := range names {
-			if j := from.index(n); j > 0 {
-				c.exempt[i].Store(from.exempt[j-1].Load())
-				c.retired[i].Store(from.retired[j-1].Load())
-			}
+	for i, n := range names {
+		if j := from.index(n); j > 0 {
+			c.exempt[i], c.retired[i] = from.exempt[j-1], from.retired[j-1]
+		} else {
+			c.exempt[i], c.retired[i] = new(atomic.Uint64), new(atomic.Uint64)
 		}
 	}
 	return c
 }
 
-// index is the identity named name among c's (0: none).
+// index is the identity named name among c's (0: none, or c nil).
 func (c *identityCounters) index(name string) int {
+	if c == nil {
+		return 0
+	}
 	for i, n := range c.names {
 		if n == name {
 			return i + 1
@@ -164,9 +169,8 @@ func (l *Limiter) identitiesOf(ts *tokenSecrets, id int) (*identityCounters, int
 	return c, c.index(ts.names[id-1])
 }
 
-// recount makes the counters follow the token's secrets cur: the counts
-// of the identities that stay are kept. (An increment made on the old
-// counters while they are copied may be lost: only right after Replace.)
+// recount makes the counters follow the token's secrets cur: the
+// identities that stay keep their counters.
 func (l *Limiter) recount(cur *tokenSecrets) *identityCounters {
 	l.identityMu.Lock()
 	defer l.identityMu.Unlock()
@@ -179,7 +183,7 @@ func (l *Limiter) recount(cur *tokenSecrets) *identityCounters {
 }
 
 // count adds one to identity id's counter in counters, if it has one.
-func (c *identityCounters) count(counters []atomic.Uint64, id int) {
+func (c *identityCounters) count(counters []*atomic.Uint64, id int) {
 	if id > 0 {
 		counters[id-1].Add(1)
 	}

@@ -188,16 +188,16 @@ func TestReconfigureUnderLoad(t *testing.T) {
 			{Name: "api", Limits: shapes[(i+1)%len(shapes)]},
 		}
 	}
-	const kept, dropped = "kept-secret-0123456789", "rotated-secret-0123456789"
-	tokA, err := addrlimit.NewInternalToken(kept, dropped)
+	const kept, dropped, gate = "kept-secret-0123456789", "rotated-secret-0123456789", "gate-secret-0123456789"
+	tokA, err := addrlimit.NewIdentities(addrlimit.Identity{Name: "edge", Secrets: []string{kept, dropped}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokB, err := addrlimit.NewInternalToken(kept)
+	tokB, err := addrlimit.NewIdentities(addrlimit.Identity{Name: "gate", Secrets: []string{gate}}, addrlimit.Identity{Name: "edge", Secrets: []string{kept}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, _ := addrlimit.NewInternalToken(kept, dropped)
+	tok, _ := addrlimit.NewIdentities(addrlimit.Identity{Name: "edge", Secrets: []string{kept, dropped}})
 	lim := mustNew(t, 1, time.Second, addrlimit.WithClock(frozen()), addrlimit.WithInternalToken(tok))
 	if err := lim.SetPolicies(policies(0)...); err != nil {
 		t.Fatal(err)
@@ -240,11 +240,14 @@ func TestReconfigureUnderLoad(t *testing.T) {
 				} else {
 					apiCharged[k].Add(1)
 				}
-				if i%50 == 0 { // the token both sets accept is always exempt
-					if d := lim.Allow(keep); d.Outcome != addrlimit.Exempt {
-						errs <- fmt.Errorf("request %d of worker %d with the kept secret: %v", i, w, d.Outcome)
+				if i%50 == 0 { // the secret both sets accept is always exempt, as edge
+					if d := lim.Allow(keep); d.Outcome != addrlimit.Exempt || d.Identity != "edge" {
+						errs <- fmt.Errorf("request %d of worker %d with the kept secret: %v as %q", i, w, d.Outcome, d.Identity)
 						return
 					}
+				}
+				if i%5000 == 0 {
+					lim.Stats() // moves shards too, concurrently
 				}
 			}
 		})
@@ -288,6 +291,12 @@ func TestReconfigureUnderLoad(t *testing.T) {
 	s := lim.Stats()
 	if want := uint64(workers * perWorker); s.Allowed != want || s.Limited != 0 || s.KeyErrors != 0 {
 		t.Errorf("Stats: %d allowed, %d limited, %d key errors; want %d, 0, 0", s.Allowed, s.Limited, s.KeyErrors, want)
+	}
+	exempt := uint64(workers * perWorker / 50)
+	for _, id := range s.Identities {
+		if id.Name == "edge" && id.Exempt != exempt || s.Exempt != exempt {
+			t.Errorf("Stats: %d exempt, edge %d; want %d: a count lost across Replace", s.Exempt, id.Exempt, exempt)
+		}
 	}
 	t.Logf("%d requests and %d exempt ones on %d cores in %v (%.0f/s), %d changes of the policies and the token", workers*perWorker, s.Exempt, runtime.GOMAXPROCS(0), elapsed.Round(time.Millisecond), float64(workers*perWorker+int(s.Exempt))/elapsed.Seconds(), n)
 }

@@ -163,3 +163,20 @@ func TestCarry(t *testing.T) {
 		}
 	}
 }
+
+// Stats of a table whose shards have moved (a caller that read the old
+// configuration) reports its counters, without its memory, and does not
+// fail on the moved shards.
+func TestStatsOfAReplacedTable(t *testing.T) {
+	now := int64(time.Hour)
+	old := NewTable(mustPolicy(t, 10, time.Second), 1024, mustPolicy(t, 100, time.Minute))
+	old.Take(1, now, 2)
+	next := old.Successor([]int{0, 1}, mustPolicy(t, 20, time.Second), mustPolicy(t, 200, time.Minute))
+	next.Settle(now)
+	if st := old.Stats(); st.Allowed != 1 || st.Keys != 0 {
+		t.Errorf("replaced table: %+v, want its 1 allowed and no keys", st)
+	}
+	if st := next.Stats(); st.Allowed != 1 || st.Keys != 1 {
+		t.Errorf("successor: %+v, want 1 allowed and 1 key", st)
+	}
+}

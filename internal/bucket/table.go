@@ -738,6 +738,10 @@ func (t *Table) approx(j int, now int64) (int, float64) {
 	live, width, approx := 0, 0, 0.0
 	for i := range t.shards {
 		s := t.lockShard(i, now)
+		if s.moved == retired { // its memory went to the successor
+			s.mu.Unlock()
+			continue
+		}
 		if sk := *s.sketchOf(j); sk != nil {
 			l, w := sk.fill(c, now)
 			live, width = live+l, width+w
