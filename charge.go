@@ -17,7 +17,7 @@ import (
 // and BenchmarkAllowed10k (see internal/DESIGN.md).
 func (l *Limiter) decide(ctx context.Context, c *Call, r *http.Request, str bool, d *Decision) (*policyState, bucketKey) {
 	d.Route = c.Route
-	class, id := l.exemption(c.Authorization, c.Exempt, r, d)
+	class, ids, id := l.exemption(c.Authorization, c.Exempt, r, d)
 	if d.Outcome == Exempt {
 		return nil, bucketKey{}
 	}
@@ -26,10 +26,10 @@ func (l *Limiter) decide(ctx context.Context, c *Call, r *http.Request, str bool
 	if r != nil {
 		ps = l.describe(r, c)
 	} else {
-		ps, err = l.lookupPolicy(c.Policy)
+		ps, err = l.pols.Load().lookupPolicy(c.Policy)
 	}
 	k, keyErr := l.callKey(c, str)
-	l.charge(ctx, ps, k, c.Cost, join(join(err, c.Err), keyErr), d)
+	ps = l.charge(ctx, ps, k, c.Cost, join(join(err, c.Err), keyErr), d)
 	d.RetiredToken = class == tokenRetired
 	d.Credentialed = len(c.Authorization) > 0
 	if d.Outcome == Limited {
@@ -38,11 +38,11 @@ func (l *Limiter) decide(ctx context.Context, c *Call, r *http.Request, str bool
 		}
 		if d.RetiredToken {
 			l.retiredLimited.Add(1)
-			l.identities.count(l.identities.retired, id)
+			ids.count(ids.retired, id)
 		}
 	}
 	if d.RetiredToken {
-		d.Identity = l.identities.name(id)
+		d.Identity = ids.name(id)
 	}
 	return ps, k
 }
@@ -60,24 +60,29 @@ func join(a, b error) error {
 }
 
 // exemption classifies the bearer token of the Authorization values, and
-// returns its class and identity. If the call is exempt (an accepted
-// secret, the adapter's rule, or WithExempt for an HTTP request r), it
-// counts it (per identity for an accepted secret, naming it in d) and sets
-// d.Outcome to Exempt.
-func (l *Limiter) exemption(authorization []string, exempt bool, r *http.Request, d *Decision) (tokenClass, int) {
+// returns its class, the identity counters and its identity among them. If
+// the call is exempt (an accepted secret, the adapter's rule, or WithExempt
+// for an HTTP request r), it counts it (per identity for an accepted
+// secret, naming it in d) and sets d.Outcome to Exempt.
+func (l *Limiter) exemption(authorization []string, exempt bool, r *http.Request, d *Decision) (tokenClass, *identityCounters, int) {
 	class, id := tokenNone, 0
+	var ids *identityCounters
 	if l.token != nil {
-		class, id = l.token.classify(authorization)
+		var ts *tokenSecrets
+		class, id, ts = l.token.classify(authorization)
+		if class != tokenNone {
+			ids, id = l.identitiesOf(ts, id)
+		}
 	}
 	if class == tokenAccepted {
-		l.identities.count(l.identities.exempt, id)
-		d.Identity = l.identities.name(id)
+		ids.count(ids.exempt, id)
+		d.Identity = ids.name(id)
 	}
 	if class == tokenAccepted || exempt || r != nil && l.exempt != nil && l.exempt(r) {
 		l.exempted.Add(1)
 		d.Outcome = Exempt
 	}
-	return class, id
+	return class, ids, id
 }
 
 // describe applies the Limiter's HTTP rules to r, a request that is not
@@ -86,11 +91,12 @@ func (l *Limiter) exemption(authorization []string, exempt bool, r *http.Request
 // the policy (the PolicySelector's). Errors never skip the limit: they fall
 // back to the default policy, the KeyFunc's key or UnkeyedKey.
 func (l *Limiter) describe(r *http.Request, c *Call) *policyState {
-	ps := l.policies[0]
+	set := l.pols.Load()
+	ps := set.list[0]
 	if l.selector != nil {
 		name, key, err := l.selector(r)
 		if err == nil {
-			ps, err = l.lookupPolicy(name) // "" is the default policy
+			ps, err = set.lookupPolicy(name) // "" is the default policy
 		}
 		if err == nil && key != "" {
 			c.Key = key
@@ -149,19 +155,24 @@ func keyOrUnkeyed(s string, err error) (string, error) {
 
 // charge is the one place where tokens are taken, in one call to the seam
 // (which applies the failure policy when a remote Store fails). err is what
-// went wrong before (key, policy); it is reported, never a bypass.
-func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n int, err error, d *Decision) {
+// went wrong before (key, policy); it is reported, never a bypass. It
+// returns the policy that decided: ps, or the one that took over ps's
+// buckets if SetPolicies changed it meanwhile.
+func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n int, err error, d *Decision) *policyState {
 	if n < 1 {
 		n, err = 1, errors.Join(err, ErrInvalidCost)
 	}
 	if n > ps.maxCost {
 		l.refuseCost(ps, n, err, d)
-		return
+		return ps
 	}
 	if err != nil {
 		l.keyErrors.Add(1)
 	}
 	a := l.store.take(ctx, ps, k, n)
+	if a.ps != nil {
+		ps = a.ps
+	}
 	d.record(ps, &a)
 	d.Cost, d.Err = n, err
 	if a.err != nil {
@@ -169,6 +180,7 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 		d.Degraded, d.Err = true, errors.Join(err, a.err)
 	}
 	d.DryRun = d.Outcome == Limited && l.dryRun
+	return ps
 }
 
 // refuseCost refuses a cost that some limit of ps can never pay, by the

@@ -34,10 +34,55 @@ const (
 // field, go-spew in testify's diffs, go-cmp) reach only an address. So two
 // tokens are equal under reflect.DeepEqual (testify's Equal) only if one is
 // a copy of the other, not because their secrets are. The zero
-// InternalToken matches nothing. It is immutable and safe for concurrent
-// use.
+// InternalToken matches nothing. It is safe for concurrent use; Replace
+// changes its secrets, for every Limiter and Require that holds it (and
+// every copy of it), at once.
 type InternalToken struct {
-	s *tokenSecrets
+	s *tokenCell
+}
+
+// tokenCell holds a token's current secrets: Replace swaps them, and each
+// check reads them once, so it compares with one set or the other.
+type tokenCell struct {
+	cur atomic.Pointer[tokenSecrets]
+}
+
+// newToken returns a token of secrets ts.
+func newToken(ts *tokenSecrets) *InternalToken {
+	c := &tokenCell{}
+	c.cur.Store(ts)
+	return &InternalToken{c}
+}
+
+// load returns t's current secrets (nil for the zero InternalToken).
+func (t InternalToken) load() *tokenSecrets {
+	if t.s == nil {
+		return nil
+	}
+	return t.s.cur.Load()
+}
+
+// Replace makes t accept, from now on, exactly what with accepts: its
+// secrets, its retired secrets and its identities (as they are when
+// Replace is called). Build with as t was built (NewInternalToken,
+// NewIdentities, WithRetired), so its constructor's errors refuse a bad
+// set before anything changes; Replace fails only for a nil or zero token.
+//
+// The change is atomic: each Match, Require and Limiter decision reads the
+// secrets once, so it compares with the old set or the new one, never a
+// mix; it reaches every holder of t, including Limiters built
+// WithInternalToken(t). A Limiter's per-identity counters (Stats.Identities)
+// follow the names: an identity that stays keeps its counts, a new one
+// starts at zero, one that goes leaves Stats.
+func (t *InternalToken) Replace(with *InternalToken) error {
+	switch {
+	case t == nil || t.s == nil:
+		return errors.New("addrlimit: InternalToken.Replace called on a nil or zero token")
+	case with == nil || with.s == nil:
+		return errors.New("addrlimit: InternalToken.Replace given a nil or zero token, which would accept nothing")
+	}
+	t.s.cur.Store(with.s.cur.Load())
+	return nil
 }
 
 // tokenSecrets holds the digests of an InternalToken inside a closure:
@@ -66,11 +111,12 @@ func newTokenSecrets(accepted, retired []secretDigest, names []string) *tokenSec
 // secrets returns t's accepted and retired digests and its identity names
 // (none for the zero InternalToken). They are shared: do not modify them.
 func (t InternalToken) secrets() (accepted, retired []secretDigest, names []string) {
-	if t.s == nil {
+	ts := t.load()
+	if ts == nil {
 		return nil, nil, nil
 	}
-	accepted, retired = t.s.digests()
-	return accepted, retired, t.s.names
+	accepted, retired = ts.digests()
+	return accepted, retired, ts.names
 }
 
 // NewInternalToken returns a token that accepts any of secrets (several during
@@ -85,7 +131,7 @@ func NewInternalToken(secrets ...string) (*InternalToken, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &InternalToken{newTokenSecrets(digests, nil, nil)}, nil
+	return newToken(newTokenSecrets(digests, nil, nil)), nil
 }
 
 // WithRetired returns a copy of t that also recognises secrets that are no
@@ -120,7 +166,7 @@ func (t *InternalToken) WithRetired(secrets ...string) (*InternalToken, error) {
 			}
 		}
 	}
-	return &InternalToken{newTokenSecrets(accepted, append(was[:len(was):len(was)], retired...), names)}, nil
+	return newToken(newTokenSecrets(accepted, append(was[:len(was):len(was)], retired...), names)), nil
 }
 
 // digestSecrets validates secrets and returns their digests, held by
@@ -178,7 +224,7 @@ func (t InternalToken) LogValue() slog.Value { return slog.StringValue(t.String(
 // secrets nor their lengths. A missing, repeated, empty or malformed header,
 // another scheme or a wrong token gives false.
 func (t *InternalToken) Match(r *http.Request) bool {
-	class, _ := t.classify(r.Header["Authorization"])
+	class, _, _ := t.classify(r.Header["Authorization"])
 	return class == tokenAccepted
 }
 
@@ -195,18 +241,20 @@ const (
 // compares the digest with every accepted and retired secret in constant
 // time, without stopping early, and picks the identity of the one that
 // matched (0: anonymous, or none) with a constant-time select: the work is
-// the same whichever secret, of whichever identity, matches, or none.
-func (t *InternalToken) classify(authorization []string) (tokenClass, int) {
+// the same whichever secret, of whichever identity, matches, or none. It
+// returns the secrets it compared with, whose identities id numbers.
+func (t *InternalToken) classify(authorization []string) (tokenClass, int, *tokenSecrets) {
 	tok, ok := bearerToken(authorization)
 	if !ok {
-		return tokenNone, 0
+		return tokenNone, 0, nil
 	}
 	if t == nil || t.s == nil { // a nil or zero token accepts nothing
-		return tokenNone, 0
+		return tokenNone, 0, nil
 	}
 	var buf [MaxTokenLen]byte
 	d := sha256.Sum256(buf[:copy(buf[:], tok)])
-	digests, retiredDigests := t.s.digests()
+	ts := t.s.cur.Load()
+	digests, retiredDigests := ts.digests()
 	accepted, retired, id := 0, 0, 0
 	for i := range digests {
 		eq := subtle.ConstantTimeCompare(d[:], digests[i].sum[:])
@@ -223,11 +271,11 @@ func (t *InternalToken) classify(authorization []string) (tokenClass, int) {
 	}
 	switch {
 	case accepted == 1:
-		return tokenAccepted, id
+		return tokenAccepted, id, ts
 	case retired == 1:
-		return tokenRetired, id
+		return tokenRetired, id, ts
 	}
-	return tokenNone, 0
+	return tokenNone, 0, ts
 }
 
 // Tests set countComparisons to have classify add the digests it compared

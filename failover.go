@@ -63,10 +63,9 @@ func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int
 		ps.count(&a)
 		return a
 	}
-	allowed, _, fulls := ps.table.Take(k.hash, f.local.now(), int64(n)) // counted by the table
-	a = ps.taken(allowed, n, &fulls)
+	a = f.local.take(ctx, ps, k, n) // counted by the table
 	a.err = err
-	if allowed && f.debts != nil {
+	if ps = a.ps; a.Allowed && f.debts != nil {
 		ps.debts.add(k.s, n, f.local.now(), ps.tau(), ps.maxCost)
 	}
 	return a
@@ -127,7 +126,7 @@ func (f *failover) refund(ctx context.Context, ps *policyState, k bucketKey, n i
 	switch {
 	case degraded && f.policy == FailLocal:
 		ps.debts.cancel(k.s, n)
-		return ps.peeked(ps.table.Refund(k.hash, f.local.now(), int64(n))).Result, true, nil
+		return ps.tablePeek(ps.table.Refund(k.hash, f.local.now(), int64(n))).Result, true, nil
 	case degraded:
 		return Result{}, false, nil
 	}

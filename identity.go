@@ -88,7 +88,7 @@ func NewIdentities(ids ...Identity) (*InternalToken, error) {
 			*part.into = append(*part.into, ds...)
 		}
 	}
-	return &InternalToken{newTokenSecrets(accepted, retired, names)}, nil
+	return newToken(newTokenSecrets(accepted, retired, names)), nil
 }
 
 // IdentityStats are the counters of one identity of NewIdentities.
@@ -101,29 +101,89 @@ type IdentityStats struct {
 	RetiredTokenLimited uint64
 }
 
-// identityCounters counts, per named identity of the Limiter's token, the
-// exempt and the retired-limited requests; counter i is identity i+1's (the
-// anonymous secrets, identity 0, count only in the totals).
+// identityCounters counts, per named identity of the Limiter's token (of
+// its secrets src), the exempt and the retired-limited requests; counter i
+// is identity i+1's (the anonymous secrets, identity 0, count only in the
+// totals).
 type identityCounters struct {
-	names           []string
-	exempt, retired []atomic.Uint64
+	src   *tokenSecrets
+	names []string
+	// The counters are shared with the counters of earlier and later
+	// secrets for the identities of the same name, so that a count made on
+	// either side of Replace is never lost.
+	exempt, retired []*atomic.Uint64
 }
 
-// newIdentityCounters returns the counters of t's identities (t may be nil).
-func newIdentityCounters(t *InternalToken) *identityCounters {
+// newIdentityCounters returns the counters of the identities of secrets ts
+// (nil: none), starting from the counts of the identities of the same name
+// in from (nil: zero).
+func newIdentityCounters(ts *tokenSecrets, from *identityCounters) *identityCounters {
 	var names []string
-	if t != nil {
-		_, _, names = t.secrets()
+	if ts != nil {
+		names = ts.names
 	}
-	return &identityCounters{
+	c := &identityCounters{
+		src:     ts,
 		names:   names,
-		exempt:  make([]atomic.Uint64, len(names)),
-		retired: make([]atomic.Uint64, len(names)),
+		exempt:  make([]*atomic.Uint64, len(names)),
+		retired: make([]*atomic.Uint64, len(names)),
 	}
+	for i, n := range names {
+		if j := from.index(n); j > 0 {
+			c.exempt[i], c.retired[i] = from.exempt[j-1], from.retired[j-1]
+		} else {
+			c.exempt[i], c.retired[i] = new(atomic.Uint64), new(atomic.Uint64)
+		}
+	}
+	return c
+}
+
+// index is the identity named name among c's (0: none, or c nil).
+func (c *identityCounters) index(name string) int {
+	if c == nil {
+		return 0
+	}
+	for i, n := range c.names {
+		if n == name {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// identitiesOf returns the counters of the identities of the token's
+// current secrets, and the identity of them that is identity id of the
+// secrets ts that a request was compared with (0: none). ts is the current
+// secrets but right after InternalToken.Replace.
+func (l *Limiter) identitiesOf(ts *tokenSecrets, id int) (*identityCounters, int) {
+	c := l.identities.Load()
+	if c.src == ts {
+		return c, id
+	}
+	if cur := l.token.load(); c.src != cur {
+		c = l.recount(cur)
+	}
+	if id == 0 || c.src == ts {
+		return c, id
+	}
+	return c, c.index(ts.names[id-1])
+}
+
+// recount makes the counters follow the token's secrets cur: the
+// identities that stay keep their counters.
+func (l *Limiter) recount(cur *tokenSecrets) *identityCounters {
+	l.identityMu.Lock()
+	defer l.identityMu.Unlock()
+	c := l.identities.Load()
+	if c.src != cur {
+		c = newIdentityCounters(cur, c)
+		l.identities.Store(c)
+	}
+	return c
 }
 
 // count adds one to identity id's counter in counters, if it has one.
-func (c *identityCounters) count(counters []atomic.Uint64, id int) {
+func (c *identityCounters) count(counters []*atomic.Uint64, id int) {
 	if id > 0 {
 		counters[id-1].Add(1)
 	}

@@ -56,6 +56,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,15 +65,16 @@ import (
 )
 
 // Limiter limits requests per key under one or more policies. Build it with
-// New; it is immutable and safe for concurrent use, and starts no goroutine.
+// New; it is safe for concurrent use and starts no goroutine. Its policies
+// can be replaced while it runs (SetPolicies); the rest of its
+// configuration is fixed by New.
 // A Limiter not built by New (the zero value, or a nil pointer) never lets a
 // request through unlimited: Peek and Reset return the error "addrlimit:
 // Limiter not built with New", every other method panics with it.
 type Limiter struct {
-	policies  []*policyState // [0] is the default policy
-	byName    map[string]*policyState
-	keyFunc   KeyFunc // nil: the peer address, formatted without allocating
-	addrKeys  bool    // requests are keyed by AddrKey (keysByAddr): see namedKey
+	pols      atomic.Pointer[policySet] // read once per decision; SetPolicies replaces it
+	keyFunc   KeyFunc                   // nil: the peer address, formatted without allocating
+	addrKeys  bool                      // requests are keyed by AddrKey (keysByAddr): see namedKey
 	selector  PolicySelector
 	cost      func(*http.Request) int
 	refund    func(int) bool
@@ -81,12 +83,17 @@ type Limiter struct {
 	denied    http.Handler
 	observers []func(context.Context, Decision)
 	dryRun    bool
-	inContext bool  // WithDecisionInContext
-	store     seam  // memStore, or failover around the WithStore Store
-	keys      keyer // the seam's: how keys are hashed, and whether it needs their strings
+	inContext bool          // WithDecisionInContext
+	store     seam          // memStore, or failover around the WithStore Store
+	keys      keyer         // the seam's: how keys are hashed, and whether it needs their strings
+	mem       *memStore     // the tables (failover's local ones with a Store)
+	checker   PolicyChecker // WithStore's Store, if it checks policies
+	headers   HeaderStyle
+	reconf    sync.Mutex // serialises SetPolicies
 
 	exempted, credentialed, retiredLimited, keyErrors, storeErrors, refunded atomic.Uint64
-	identities                                                               *identityCounters // per identity of token
+	identities                                                               atomic.Pointer[identityCounters] // per identity of token's current secrets
+	identityMu                                                               sync.Mutex                       // serialises recount
 }
 
 // policyState is one policy with its buckets, its header fields and the
@@ -103,6 +110,35 @@ type policyState struct {
 	// limitedBy counts the remote store's denials by the limit that denied
 	// (the tightest: see Result).
 	limitedBy [MaxLimits]atomic.Uint64
+	// next is the state that took over this one's buckets when SetPolicies
+	// changed the policy's limits (see bucket.Table.Successor).
+	next atomic.Pointer[policyState]
+}
+
+// holding returns the state, ps or one that took over from it, whose table
+// is t: the table that answered a call made on ps's table.
+func (ps *policyState) holding(t *bucket.Table) *policyState {
+	for ps.table != t {
+		ps = ps.next.Load()
+	}
+	return ps
+}
+
+// leadsTo reports whether cur is ps or took over from it.
+func (ps *policyState) leadsTo(cur *policyState) bool {
+	for ; ps != nil; ps = ps.next.Load() {
+		if ps == cur {
+			return true
+		}
+	}
+	return false
+}
+
+// policySet is a Limiter's policies, immutable: SetPolicies replaces it as
+// a whole, and a decision reads it once, so it sees one set or the other.
+type policySet struct {
+	list   []*policyState // [0] is the default policy
+	byName map[string]*policyState
 }
 
 // tau is the policy's longest full refill time in ns: after it, every
@@ -137,19 +173,17 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{
-		byName:     make(map[string]*policyState, 1+len(c.policies)),
-		keyFunc:    c.keyFunc,
-		addrKeys:   keysByAddr(c.keyFunc),
-		selector:   c.selector,
-		cost:       c.cost,
-		refund:     c.refund,
-		exempt:     c.exempt,
-		token:      c.token,
-		identities: newIdentityCounters(c.token),
-		denied:     c.denied,
-		observers:  c.observers,
-		dryRun:     c.dryRun,
-		inContext:  c.decisionInContext,
+		keyFunc:   c.keyFunc,
+		addrKeys:  keysByAddr(c.keyFunc),
+		selector:  c.selector,
+		cost:      c.cost,
+		refund:    c.refund,
+		exempt:    c.exempt,
+		token:     c.token,
+		denied:    c.denied,
+		observers: c.observers,
+		dryRun:    c.dryRun,
+		inContext: c.decisionInContext,
 	}
 	mem := newMemStore(c.maxKeys)
 	if c.clock != nil {
@@ -160,22 +194,170 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		l.store = newFailover(c.store, c.failure, mem)
 	}
 	l.keys = l.store.keys()
-	for _, p := range append([]Policy{def}, c.policies...) {
-		p = p.named() // validated: by newPolicy or WithPolicy
-		if _, dup := l.byName[p.Name]; dup {
-			return nil, fmt.Errorf("addrlimit: two policies are named %q", p.Name)
+	l.mem, l.headers = mem, c.headers
+	var ts *tokenSecrets
+	if c.token != nil {
+		ts = c.token.load()
+	}
+	l.identities.Store(newIdentityCounters(ts, nil))
+	l.checker, _ = c.store.(PolicyChecker)
+	ps := append([]Policy{def}, c.policies...) // validated: by newPolicy or WithPolicy
+	if err := l.checkPolicies(ps); err != nil {
+		return nil, err
+	}
+	l.pols.Store(l.buildPolicies(ps, nil))
+	return l, nil
+}
+
+// SetPolicies replaces the limiter's policies while it runs: policies[0]
+// becomes the default policy and the others the named ones, as Policies
+// lists them, each valid (Policy.Validate), their names distinct, and
+// accepted by a Store that checks policies (PolicyChecker). If any is not,
+// it returns an error naming the policy and the problem and changes
+// nothing.
+//
+// It is safe for concurrent use with every other method (calls to
+// SetPolicies are serialised). The change is atomic: each decision reads
+// the policies once, so it is taken under the old set or the new one,
+// never a mix; a decision that read the old set while SetPolicies ran is
+// served by the new buckets of its policy, under the new limits.
+//
+// Buckets keep their state; what carries over is the tokens spent:
+//
+//   - The default policy keeps the default policy's buckets; a named
+//     policy those of the policy of the same name. A policy whose limits
+//     did not change keeps its buckets untouched.
+//   - Within a policy, a limit keeps the buckets of the old limit of the
+//     same name (an unnamed limit is named by its window, see Limit.Name);
+//     the limits left over on both sides are paired in their order. A
+//     limit left without a partner (one added) starts with full buckets;
+//     an old limit left over (one removed) is dropped.
+//   - A bucket keeps the tokens it has spent, counted at most up to the
+//     new burst: a client that spent 250 of 300 has 150 left when the
+//     burst becomes 400, none when it becomes 100, and its tokens come
+//     back at the new rate. (Bucket4j calls this ADDITIVE; neither the
+//     fraction spent nor a fresh bucket is kept.)
+//   - A name that disappears takes its buckets with it: a PolicySelector
+//     that still returns it gets the default policy (ErrUnknownPolicy),
+//     and a name that comes back later starts with full buckets.
+//
+// Counters (Stats) carry over with the buckets. The work is one pass over
+// the buckets of each policy whose limits changed, done before SetPolicies
+// returns, a shard at a time under its lock. With a remote Store (WithStore)
+// the store's own buckets follow the store's rule: the redisstore module
+// keys them by the policy's limits, so a changed policy starts there with
+// full buckets (docs/reload.md).
+func (l *Limiter) SetPolicies(policies ...Policy) error {
+	l.mustBeBuilt()
+	if len(policies) == 0 {
+		return errors.New("addrlimit: SetPolicies needs at least the default policy")
+	}
+	for _, p := range policies {
+		if err := p.Validate(); err != nil {
+			return err
 		}
-		if pc, ok := c.store.(PolicyChecker); ok {
-			if err := pc.CheckPolicy(p); err != nil {
-				return nil, fmt.Errorf("addrlimit: policy %q: the store refuses it: %w", p.Name, err)
+	}
+	named := make([]Policy, len(policies))
+	for i, p := range policies {
+		named[i] = p.named()
+	}
+	if err := l.checkPolicies(named); err != nil {
+		return err
+	}
+	l.reconf.Lock()
+	defer l.reconf.Unlock()
+	old := l.pols.Load()
+	set := l.buildPolicies(named, old)
+	l.pols.Store(set)
+	now := l.mem.now()
+	for _, ps := range set.list {
+		ps.table.Settle(now)
+	}
+	for _, ps := range old.list {
+		if set.byName[ps.Name] != ps {
+			l.mem.drop(ps)
+		}
+	}
+	return nil
+}
+
+// checkPolicies checks what a policy set needs beyond each policy's
+// validity, which the caller checked: distinct names, and the store's
+// consent.
+func (l *Limiter) checkPolicies(ps []Policy) error {
+	seen := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		if seen[p.Name] {
+			return fmt.Errorf("addrlimit: two policies are named %q", p.Name)
+		}
+		seen[p.Name] = true
+		if l.checker != nil {
+			if err := l.checker.CheckPolicy(p.named()); err != nil {
+				return fmt.Errorf("addrlimit: policy %q: the store refuses it: %w", p.Name, err)
 			}
 		}
-		ps := mem.lane(p)
-		ps.headers = headers.NewMulti(uint8(c.headers), p.Name, p.headerLimits())
-		l.policies = append(l.policies, ps)
-		l.byName[p.Name] = ps
 	}
-	return l, nil
+	return nil
+}
+
+// buildPolicies returns the set of the checked policies ps, taking over the
+// buckets of old's (nil in New) by SetPolicies' rule. A state whose table
+// takes over another's is linked from it (next) before the set is
+// published, so that a call on the old table finds its successor.
+func (l *Limiter) buildPolicies(ps []Policy, old *policySet) *policySet {
+	set := &policySet{byName: make(map[string]*policyState, len(ps))}
+	for i, p := range ps {
+		p = p.named()
+		var prev *policyState
+		switch {
+		case old == nil:
+		case i == 0:
+			prev = old.list[0]
+		case old.byName[p.Name] != old.list[0]:
+			prev = old.byName[p.Name] // nil for a new name
+		}
+		var st *policyState
+		switch {
+		case prev != nil && prev.id() == p.id():
+			st = prev
+		case prev != nil:
+			st = l.mem.successor(prev, p, inheritance(prev.Policy, p))
+			prev.next.Store(st)
+		default:
+			st = l.mem.lane(p)
+		}
+		if st.headers == nil {
+			st.headers = headers.NewMulti(uint8(l.headers), p.Name, p.headerLimits())
+		}
+		set.list = append(set.list, st)
+		set.byName[p.Name] = st
+	}
+	return set
+}
+
+// inheritance says which limit of old each limit of p takes over (-1:
+// none), by SetPolicies' rule: by name, then the rest in order.
+func inheritance(old, p Policy) []int {
+	from := make([]int, len(p.Limits))
+	used := make([]bool, len(old.Limits))
+	for j, lim := range p.Limits {
+		from[j] = -1
+		for i, o := range old.Limits {
+			if !used[i] && o.Name == lim.Name {
+				from[j], used[i] = i, true
+				break
+			}
+		}
+	}
+	i := 0
+	for j := range from {
+		for ; from[j] < 0 && i < len(used); i++ {
+			if !used[i] {
+				from[j], used[i] = i, true
+			}
+		}
+	}
+	return from
 }
 
 // newPolicy validates and builds the policy of limit requests per per in
@@ -205,11 +387,13 @@ func limitInterval(limit int, per time.Duration) (time.Duration, error) {
 }
 
 // Policies returns a copy of the limiter's policies: the default one first,
-// then the named ones in the order of their WithPolicy options.
+// then the named ones in the order of their WithPolicy options (or of the
+// last SetPolicies).
 func (l *Limiter) Policies() []Policy {
 	l.mustBeBuilt()
-	out := make([]Policy, len(l.policies))
-	for i, ps := range l.policies {
+	set := l.pols.Load()
+	out := make([]Policy, len(set.list))
+	for i, ps := range set.list {
 		out[i] = Policy{Name: ps.Name, Limits: slices.Clone(ps.Limits)}
 	}
 	return out
@@ -327,6 +511,9 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 	if a.err != nil {
 		return Decision{}, a.err
 	}
+	if a.ps != nil {
+		ps = a.ps // SetPolicies replaced ps meanwhile
+	}
 	var d Decision
 	d.record(ps, &a)
 	d.Key = key
@@ -357,14 +544,14 @@ func (l *Limiter) Reset(ctx context.Context, policy, key string) error {
 
 // lookupPolicy returns the named policy, or the default one and
 // ErrUnknownPolicy.
-func (l *Limiter) lookupPolicy(name string) (*policyState, error) {
+func (s *policySet) lookupPolicy(name string) (*policyState, error) {
 	if name == "" {
-		return l.policies[0], nil
+		return s.list[0], nil
 	}
-	if ps := l.byName[name]; ps != nil {
+	if ps := s.byName[name]; ps != nil {
 		return ps, nil
 	}
-	return l.policies[0], fmt.Errorf("%w %q", ErrUnknownPolicy, truncate(name, maxPolicyName))
+	return s.list[0], fmt.Errorf("%w %q", ErrUnknownPolicy, truncate(name, maxPolicyName))
 }
 
 // errNotBuilt is what a Limiter not built by New reports.
@@ -373,7 +560,7 @@ var errNotBuilt = errors.New("addrlimit: Limiter not built with New")
 // mustBeBuilt panics with errNotBuilt unless l was built by New: a
 // misconfigured limiter must fail loudly, never limit nothing.
 func (l *Limiter) mustBeBuilt() {
-	if l == nil || len(l.policies) == 0 {
+	if l == nil || l.pols.Load() == nil {
 		panic(errNotBuilt)
 	}
 }
@@ -381,10 +568,10 @@ func (l *Limiter) mustBeBuilt() {
 // keyedPolicy validates the arguments of Peek and Reset and returns the
 // policy and the key of the bucket that key names (namedKey).
 func (l *Limiter) keyedPolicy(policy, key string) (*policyState, string, error) {
-	if l == nil || len(l.policies) == 0 {
+	if l == nil || l.pols.Load() == nil {
 		return nil, "", errNotBuilt
 	}
-	ps, err := l.lookupPolicy(policy)
+	ps, err := l.pols.Load().lookupPolicy(policy)
 	if err != nil {
 		return nil, "", err
 	}

@@ -66,6 +66,9 @@ type answer struct {
 	tight   int   // the index of the tightest limit (see Result)
 	err     error // the store failed and the failure policy decided
 	unknown bool  // the quota is unknown (FailOpen, FailClosed): Decision.QuotaUnknown
+	// ps is the policy whose table answered, when a table did: the
+	// caller's, or the one that took over its buckets (SetPolicies).
+	ps *policyState
 }
 
 // memStore is the in-memory store: one bucket.Table per policy. The zero
@@ -103,21 +106,64 @@ func (m *memStore) lane(p Policy) *policyState {
 	id := p.id()
 	ps := m.lanes[id]
 	if ps == nil {
-		var bps []bucket.Policy
-		for _, lim := range p.Limits {
-			bp, err := bucket.NewPolicy(lim.Burst, lim.Interval)
-			if err != nil {
-				panic("addrlimit: " + err.Error()) // the caller broke the Store contract
-			}
-			bps = append(bps, bp)
-		}
-		ps = &policyState{Policy: p.named(), maxCost: p.maxCost(), table: bucket.NewTable(bps[0], m.maxKeys, bps[1:]...)}
-		for _, lim := range p.Limits {
-			ps.longest = max(ps.longest, lim.tau())
-		}
+		bps := bucketPolicies(p)
+		ps = newPolicyState(p, bucket.NewTable(bps[0], m.maxKeys, bps[1:]...))
 		m.lanes[id] = ps
 	}
 	return ps
+}
+
+// bucketPolicies is p's limits as the bucket package's policies.
+func bucketPolicies(p Policy) []bucket.Policy {
+	var bps []bucket.Policy
+	for _, lim := range p.Limits {
+		bp, err := bucket.NewPolicy(lim.Burst, lim.Interval)
+		if err != nil {
+			panic("addrlimit: " + err.Error()) // the caller broke the Store contract
+		}
+		bps = append(bps, bp)
+	}
+	return bps
+}
+
+// newPolicyState is the state of policy p with table t.
+func newPolicyState(p Policy, t *bucket.Table) *policyState {
+	ps := &policyState{Policy: p.named(), maxCost: p.maxCost(), table: t}
+	for _, lim := range p.Limits {
+		ps.longest = max(ps.longest, lim.tau())
+	}
+	return ps
+}
+
+// successor returns the state of policy p, whose table takes over prev's
+// buckets, limit j those of prev's limit from[j] (see
+// bucket.Table.Successor), in place of prev among the lanes.
+func (m *memStore) successor(prev *policyState, p Policy, from []int) *policyState {
+	bps := bucketPolicies(p)
+	ps := newPolicyState(p, prev.table.Successor(from, bps[0], bps[1:]...))
+	ps.allowed.Store(prev.allowed.Load())
+	ps.limited.Store(prev.limited.Load())
+	for j, f := range from {
+		if f >= 0 {
+			ps.limitedBy[j].Store(prev.limitedBy[f].Load())
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lanes[prev.id()] == prev {
+		delete(m.lanes, prev.id())
+	}
+	m.lanes[p.id()] = ps
+	return ps
+}
+
+// drop forgets ps's lane, a policy SetPolicies removed or replaced.
+func (m *memStore) drop(ps *policyState) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lanes[ps.id()] == ps {
+		delete(m.lanes, ps.id())
+	}
 }
 
 func (m *memStore) keys() keyer { return keyer{seed: m.seed} }
@@ -142,17 +188,30 @@ func (ps *policyState) peeked(f bucket.Fulls) answer {
 	return a
 }
 
+// take answers by the policy whose table decided (see answer.ps).
 func (m *memStore) take(_ context.Context, ps *policyState, k bucketKey, n int) answer {
-	allowed, _, f := ps.table.Take(k.hash, m.now(), int64(n))
-	return ps.taken(allowed, n, &f)
+	allowed, _, f, t := ps.table.Take(k.hash, m.now(), int64(n))
+	ps = ps.holding(t)
+	a := ps.taken(allowed, n, &f)
+	a.ps = ps
+	return a
+}
+
+// tablePeek is the answer of ps's table to a Peek or Refund that returned
+// f, t: by the policy whose table t is.
+func (ps *policyState) tablePeek(f bucket.Fulls, t *bucket.Table) answer {
+	ps = ps.holding(t)
+	a := ps.peeked(f)
+	a.ps = ps
+	return a
 }
 
 func (m *memStore) peek(_ context.Context, ps *policyState, k bucketKey) answer {
-	return ps.peeked(ps.table.Peek(k.hash, m.now()))
+	return ps.tablePeek(ps.table.Peek(k.hash, m.now()))
 }
 
 func (m *memStore) refund(_ context.Context, ps *policyState, k bucketKey, n int, _ bool) (Result, bool, error) {
-	return ps.peeked(ps.table.Refund(k.hash, m.now(), int64(n))).Result, true, nil
+	return ps.tablePeek(ps.table.Refund(k.hash, m.now(), int64(n))).Result, true, nil
 }
 
 func (m *memStore) reset(_ context.Context, ps *policyState, k bucketKey) error {

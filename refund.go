@@ -23,7 +23,7 @@ import (
 // not cancel its refund).
 func (l *Limiter) Refund(ctx context.Context, d Decision) {
 	l.mustBeBuilt()
-	ps := l.byName[d.Policy]
+	ps := l.pols.Load().byName[d.Policy]
 	if d.Outcome != Allowed || d.Key == "" || ps == nil || d.Cost < 1 || d.Cost > ps.maxCost {
 		return
 	}

@@ -111,13 +111,14 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 	if d.Outcome == Exempt {
 		return false
 	}
-	ps := l.byName[d.Policy]
-	if ps == nil || d.ps != ps || d.Outcome != Allowed && d.Outcome != Limited {
-		// Not a decision of this policy: quota unknown, so no fields from
-		// another policy, and if denied (or not a decision at all),
-		// FailClosed's refusal.
+	set := l.pols.Load()
+	ps := d.ps
+	if !d.ps.leadsTo(set.byName[d.Policy]) || d.Outcome != Allowed && d.Outcome != Limited {
+		// Not a decision of this policy (or of the one it replaced): quota
+		// unknown, so no fields from another policy, and if denied (or not
+		// a decision at all), FailClosed's refusal.
 		policy, outcome := d.Policy, d.Outcome
-		ps = l.policies[0]
+		ps = set.list[0]
 		d.record(ps, &answer{Result: Result{Allowed: outcome == Allowed, RetryAfter: time.Second}, unknown: true})
 		d.Policy = policy
 		if outcome != Allowed {
@@ -134,8 +135,8 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 // Decision this Limiter did not make, or under HeaderNone.
 func (l *Limiter) QuotaFields(d Decision, set func(name, value string)) {
 	l.mustBeBuilt()
-	ps := l.byName[d.Policy]
-	if ps == nil || d.ps != ps || d.Outcome != Allowed && d.Outcome != Limited {
+	ps := d.ps
+	if !ps.leadsTo(l.pols.Load().byName[d.Policy]) || d.Outcome != Allowed && d.Outcome != Limited {
 		return
 	}
 	var each [MaxLimits]headers.Member

@@ -83,7 +83,7 @@ func (l *Limiter) Stats() Stats {
 		StoreErrors:         l.storeErrors.Load(),
 	}
 	var fill float64
-	for _, ps := range l.policies {
+	for _, ps := range l.pols.Load().list {
 		t := ps.table.Stats()
 		p := PolicyStats{
 			Name:    ps.Name,
@@ -104,6 +104,11 @@ func (l *Limiter) Stats() Stats {
 		fill = max(fill, t.ApproxFill)
 	}
 	s.ApproxFill = fill
-	s.Identities = l.identities.stats()
+	var cur *tokenSecrets
+	if l.token != nil {
+		cur = l.token.load()
+	}
+	ids, _ := l.identitiesOf(cur, 0)
+	s.Identities = ids.stats()
 	return s
 }

@@ -22,7 +22,7 @@ func BenchmarkTakeAllowed(b *testing.B) {
 			now, i := int64(0), 0
 			for b.Loop() {
 				now++
-				if ok, _, _ := tab.Take(ks[i], now, 1); !ok {
+				if ok, _, _, _ := tab.Take(ks[i], now, 1); !ok {
 					b.Fatal("denied")
 				}
 				if i++; i == n {
@@ -67,7 +67,7 @@ func BenchmarkTakeReturningAbuser(b *testing.B) {
 	tab := NewTable(p, 100_000)
 	ks := benchKeys()
 	for _, h := range ks[:200_000] {
-		for ok := true; ok; ok, _, _ = tab.Take(h, 0, 1) {
+		for ok := true; ok; ok, _, _, _ = tab.Take(h, 0, 1) {
 		}
 	}
 	i := 0

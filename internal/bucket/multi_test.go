@@ -33,7 +33,7 @@ func TestSeveralLimitsNeverUnderLimit(t *testing.T) {
 				n0, ok0 := short.Take(st[0], now, n)
 				n1, ok1 := long.Take(st[1], now, n)
 				want := ok0 && ok1
-				got, _, _ := tab.Take(h, now, n)
+				got, _, _, _ := tab.Take(h, now, n)
 				if got && !want {
 					over++
 				}

@@ -15,7 +15,7 @@ type result struct {
 // The table's first limit as result reports it, from what the table
 // reports (the time until full) at now, as the root package derives it.
 func (t *Table) take(h uint64, now, n int64) result {
-	a, _, f := t.Take(h, now, n)
+	a, _, f, _ := t.Take(h, now, n)
 	need := n
 	if a {
 		need = 1
@@ -25,11 +25,11 @@ func (t *Table) take(h uint64, now, n int64) result {
 }
 
 func (t *Table) refund(h uint64, now, n int64) result {
-	return t.policy.peek(now+int64(t.Refund(h, now, n)[0]), now)
+	return t.policy.peek(now+int64(fst(t.Refund(h, now, n))[0]), now)
 }
 
 func (t *Table) peek(h uint64, now int64) result {
-	return t.policy.peek(now+int64(t.Peek(h, now)[0]), now)
+	return t.policy.peek(now+int64(fst(t.Peek(h, now))[0]), now)
 }
 
 // take is Policy.Take with the result Table.Take reports for it.
@@ -60,3 +60,6 @@ func (p Policy) Burst() int { return int(p.burst) }
 
 // Interval is the time for one token to refill, for tests.
 func (p Policy) Interval() time.Duration { return time.Duration(p.interval) }
+
+// fst is the states of a Peek or Refund, without the table that held them.
+func fst(f Fulls, _ *Table) Fulls { return f }

@@ -198,25 +198,31 @@ func (sk *sketch) merge(c sketchClock, h uint64, tat, now int64) {
 	sk.lastMerge = max(sk.lastMerge, nu)
 	sk.expire(nu)
 	tu := ceilDiv(tat, c.unit)
-	v := uint8(tu)
-	if v == 0 {
-		v, tu = 1, tu+1 // 0 means free: one unit later is still conservative
+	if uint8(tu) == 0 {
+		tu++ // 0 means free: one unit later is still conservative
 	}
 	for r, slot := range sk.slots(h) {
-		sk.scrub(c, slot>>blockBits, nu)
-		old, ok := c.live(sk.cells[slot], nu)
-		if ok && old >= tu {
-			continue
+		sk.raise(c, r, slot, tu, nu)
+	}
+}
+
+// raise makes cell slot of row r hold at least time tu (units, with
+// uint8(tu) != 0) at nu, the time of a merge.
+func (sk *sketch) raise(c sketchClock, r, slot int, tu, nu int64) {
+	sk.scrub(c, slot>>blockBits, nu)
+	old, ok := c.live(sk.cells[slot], nu)
+	if ok && old >= tu {
+		return
+	}
+	v := uint8(tu)
+	sk.cells[slot] = v
+	if r == 0 {
+		if ok {
+			sk.byValue[uint8(old)]--
+			sk.live--
 		}
-		sk.cells[slot] = v
-		if r == 0 {
-			if ok {
-				sk.byValue[uint8(old)]--
-				sk.live--
-			}
-			sk.byValue[v]++
-			sk.live++
-		}
+		sk.byValue[v]++
+		sk.live++
 	}
 	sk.maxTAT = max(sk.maxTAT, tu)
 }

@@ -3,6 +3,7 @@ package bucket
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,7 +66,15 @@ type Table struct {
 	all    [MaxLimits]Policy // every limit's policy, for the loops over them
 	n      int               // the number of limits
 	shards []shard
-	mask   uint64
+	// maxKeys is NewTable's, for a successor with the same shards.
+	maxKeys int
+	mask    uint64
+	// Reconfiguration (see Successor): the table whose buckets this one
+	// inherits, shard by shard, until Settle (read under a pending shard's
+	// lock only); how (inherit); and the table that inherited this one's.
+	prev    *Table
+	inherit inheritance
+	next    atomic.Pointer[Table]
 }
 
 // MaxLimits bounds the limits of a Table.
@@ -83,9 +92,13 @@ type shard struct {
 	sk  *sketch // the first limit's approximate memory; nil until the shard fills
 	max int32
 	// admitted counts new keys admitted below the cap, to sweep every
-	// sweepEvery of them.
-	admitted uint32
-	now      int64 // latest time seen, for Stats
+	// sweepEvery of them (a divisor of 1<<16).
+	admitted uint16
+	// moved is 0, or pending: the shard has not inherited its
+	// predecessor's shard yet, or retired: a successor's shard has
+	// inherited this one (see Successor).
+	moved uint8
+	now   int64 // latest time seen, for Stats
 	// Counted under mu: no atomics on the hot path.
 	evictions, allowed, limited uint64
 }
@@ -113,7 +126,7 @@ func NewTable(policy Policy, maxKeys int, more ...Policy) *Table {
 	for n < 256 && maxKeys/(n*2) >= 64 {
 		n *= 2
 	}
-	t := &Table{policy: policy, clock: newSketchClock(policy.tau), shards: make([]shard, n), mask: uint64(n - 1)}
+	t := &Table{policy: policy, clock: newSketchClock(policy.tau), shards: make([]shard, n), mask: uint64(n - 1), maxKeys: maxKeys}
 	t.all[0], t.n = policy, 1+len(more)
 	for i, p := range more {
 		t.more = append(t.more, limit{policy: p, clock: newSketchClock(p.tau)})
@@ -153,7 +166,9 @@ func (s *shard) sketchOf(j int) **sketch {
 	return &s.ex.more.sk[j-1]
 }
 
-func (t *Table) shard(h uint64) *shard { return &t.shards[(h^h>>32)&t.mask] }
+func (t *Table) shardIndex(h uint64) int { return int((h ^ h>>32) & t.mask) }
+
+func (t *Table) shard(h uint64) *shard { return &t.shards[t.shardIndex(h)] }
 
 // key returns hash h as the exact table keys it: shifted left, as bit 0 is
 // the slot's pin mark, and 2 for what would be 0, which marks empty slots
@@ -166,15 +181,41 @@ func key(h uint64) uint64 {
 	return h
 }
 
-// lock locks h's shard and records now for Stats. It returns key(h).
-func (t *Table) lock(h uint64, now int64) (*shard, uint64, int64) {
+// lock locks h's shard and records now for Stats. It returns the table
+// that holds h's buckets (t, or the successor of a reconfigured t: see
+// Successor), the shard, key(h) and the shard's time.
+func (t *Table) lock(h uint64, now int64) (*Table, *shard, uint64, int64) {
 	h = key(h)
 	s := t.shard(h)
 	s.mu.Lock()
+	if s.moved != 0 {
+		return t.lockMoved(h, s, now)
+	}
 	if now > s.now {
 		s.now = now
 	}
-	return s, h, s.now
+	return t, s, h, s.now
+}
+
+// lockMoved is lock for a locked shard s of h that is pending or retired
+// (see Successor).
+func (t *Table) lockMoved(h uint64, s *shard, now int64) (*Table, *shard, uint64, int64) {
+	i := t.shardIndex(h)
+	for {
+		if s.moved == pending {
+			t.move(i, s, now)
+		}
+		if s.moved != retired {
+			if now > s.now {
+				s.now = now
+			}
+			return t, s, h, s.now
+		}
+		s.mu.Unlock()
+		t = t.next.Load()
+		s = &t.shards[i]
+		s.mu.Lock()
+	}
 }
 
 // states returns h's state under each limit, exact or estimated, and
@@ -209,8 +250,11 @@ func (t *Table) fulls(tats *[MaxLimits]int64, now int64) (f Fulls) {
 // of each bucket after the call, and for a denied Take, denier: the limit
 // that denied with the longest wait for n tokens (the first of equals),
 // counted in TableStats.LimitedBy.
-func (t *Table) Take(h uint64, now, n int64) (allowed bool, denier int, f Fulls) {
-	s, h, now := t.lock(h, now)
+//
+// The table that decided is by: t, or after a reconfiguration its successor
+// (see Successor), whose limits the states f are of.
+func (t *Table) Take(h uint64, now, n int64) (allowed bool, denier int, f Fulls, by *Table) {
+	t, s, h, now := t.lock(h, now)
 	if s.ex.more != nil {
 		return t.takeAll(s, h, now, n)
 	}
@@ -234,11 +278,11 @@ func (t *Table) Take(h uint64, now, n int64) (allowed bool, denier int, f Fulls)
 	}
 	s.mu.Unlock()
 	f[0] = time.Duration(max(next, now) - now)
-	return allowed, 0, f
+	return allowed, 0, f, t
 }
 
 // takeAll is Take for a table of several limits, with s locked.
-func (t *Table) takeAll(s *shard, h uint64, now, n int64) (allowed bool, denier int, f Fulls) {
+func (t *Table) takeAll(s *shard, h uint64, now, n int64) (allowed bool, denier int, f Fulls, by *Table) {
 	var tats, next [MaxLimits]int64
 	i, ok := s.states(t, h, now, &tats)
 	allowed = true
@@ -268,14 +312,14 @@ func (t *Table) takeAll(s *shard, h uint64, now, n int64) (allowed bool, denier 
 		s.ex.more.limited[denier]++
 	}
 	s.mu.Unlock()
-	return allowed, denier, t.fulls(&tats, now)
+	return allowed, denier, t.fulls(&tats, now), t
 }
 
 // Refund gives n tokens back at now to every bucket of hash h, never above
 // full (1 <= n <= the smallest Burst, checked by the caller), and reports
 // them as Peek does.
-func (t *Table) Refund(h uint64, now, n int64) Fulls {
-	s, h, now := t.lock(h, now)
+func (t *Table) Refund(h uint64, now, n int64) (Fulls, *Table) {
+	t, s, h, now := t.lock(h, now)
 	var tats [MaxLimits]int64
 	_, ok := s.states(t, h, now, &tats)
 	for j := range t.limits() {
@@ -284,16 +328,17 @@ func (t *Table) Refund(h uint64, now, n int64) Fulls {
 	}
 	s.set(t, h, &tats, now, ok)
 	s.mu.Unlock()
-	return t.fulls(&tats, now)
+	return t.fulls(&tats, now), t
 }
 
-// Peek reports the buckets of hash h at now without changing them.
-func (t *Table) Peek(h uint64, now int64) Fulls {
-	s, h, now := t.lock(h, now)
+// Peek reports the buckets of hash h at now without changing them, and the
+// table that holds them (as Take).
+func (t *Table) Peek(h uint64, now int64) (Fulls, *Table) {
+	t, s, h, now := t.lock(h, now)
 	var tats [MaxLimits]int64
 	s.states(t, h, now, &tats)
 	s.mu.Unlock()
-	return t.fulls(&tats, now)
+	return t.fulls(&tats, now), t
 }
 
 // Reset makes the bucket of hash h full at now, even if the approximate
@@ -310,7 +355,7 @@ func (t *Table) Peek(h uint64, now int64) Fulls {
 // In a table of several limits, every bucket of h is made full, and the
 // memory is that of any limit.
 func (t *Table) Reset(h uint64, now int64) {
-	s, h, now := t.lock(h, now)
+	t, s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
 	_, ok := s.ex.find(h)
 	full := [MaxLimits]int64{now, now, now, now}
@@ -346,9 +391,16 @@ func maxPins(shardCap int) int { return max(1, shardCap/8) }
 // one, the later (emptier) is kept for each limit, so answers that arrive
 // out of order never make the copy fuller. The state is kept exactly,
 // whatever the approximate memory says.
+//
+// f is of t's limits: if a successor holds h's buckets now, f is carried
+// over to its limits by the rule of Successor.
 func (t *Table) Mirror(h uint64, now int64, f Fulls) {
-	s, h, now := t.lock(h, now)
+	from := t
+	t, s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
+	for ; from != t; from = from.next.Load() {
+		f = from.next.Load().inheritedFulls(f, now)
+	}
 	var old [MaxLimits]int64
 	i, ok := s.ex.find(h)
 	if ok {
@@ -655,8 +707,7 @@ func (t *Table) Stats() TableStats {
 	var st TableStats
 	now := int64(math.MinInt64)
 	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
+		s := t.lockShard(i, math.MinInt64)
 		now = max(now, s.now)
 		st.Allowed += s.allowed
 		st.Limited += s.limited
@@ -686,8 +737,11 @@ func (t *Table) approx(j int, now int64) (int, float64) {
 	_, c := t.limit(j)
 	live, width, approx := 0, 0, 0.0
 	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
+		s := t.lockShard(i, now)
+		if s.moved == retired { // its memory went to the successor
+			s.mu.Unlock()
+			continue
+		}
 		if sk := *s.sketchOf(j); sk != nil {
 			l, w := sk.fill(c, now)
 			live, width = live+l, width+w
