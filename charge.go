@@ -210,7 +210,7 @@ func (d *Decision) record(ps *policyState, a *answer) {
 	d.RetryAfter = a.RetryAfter
 	if a.unknown {
 		d.QuotaUnknown = true
-		d.Remaining, d.ResetAfter, d.resets, d.tight = 0, 0, [MaxLimits]time.Duration{}, 0
+		d.Remaining, d.ResetAfter, d.resets, d.tight = 0, 0, [maxLimits]time.Duration{}, 0
 		return
 	}
 	d.Remaining, d.ResetAfter, d.resets, d.tight = a.Remaining, a.ResetAfter, a.Resets, uint8(a.tight)

@@ -94,7 +94,7 @@ type Decision struct {
 	Err error
 
 	ps     *policyState             // the policy that decided; nil if none did
-	resets [MaxLimits]time.Duration // each limit's time until full (Result.Resets)
+	resets [maxLimits]time.Duration // each limit's time until full (Result.Resets)
 	tight  uint8                    // the index of the tightest limit
 }
 
@@ -135,7 +135,7 @@ func (d Decision) Limits() iter.Seq[LimitState] {
 			need = d.Cost
 		}
 		for i, lim := range d.ps.Limits {
-			remaining, wait := lim.read(d.resets[i], need)
+			remaining, wait := d.ps.lims[i].Read(d.resets[i], need)
 			if !yield(LimitState{Limit: lim, Remaining: remaining, RetryAfter: wait, ResetAfter: max(d.resets[i], 0)}) {
 				return
 			}

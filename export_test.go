@@ -1,13 +1,15 @@
 package addrlimit
 
+import "github.com/addrlimit/addrlimit/store"
+
 // NewTestMemoryStore returns the in-memory store a Limiter uses by default,
 // so that it runs the storetest conformance suite and can back test stores.
 // Each distinct Policy gets its own table.
-func NewTestMemoryStore(maxKeys int) Store { return newMemStore(maxKeys) }
+func NewTestMemoryStore(maxKeys int) store.Store { return newMemStore(maxKeys) }
 
 // NewTestFailover returns remote behind the failure policy p, as New puts a
 // Store given to WithStore, so that storetest runs against it.
-func NewTestFailover(remote Store, p FailurePolicy, maxKeys int) Store {
+func NewTestFailover(remote store.Store, p FailurePolicy, maxKeys int) store.Store {
 	return newFailover(remote, p, newMemStore(maxKeys))
 }
 

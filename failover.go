@@ -6,11 +6,12 @@ import (
 
 	"github.com/addrlimit/addrlimit/internal/bucket"
 	"github.com/addrlimit/addrlimit/internal/storehook"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 func init() {
 	storehook.BehindFailLocal = func(s any, maxKeys int) any {
-		return newFailover(s.(Store), FailLocal, newMemStore(maxKeys))
+		return newFailover(s.(store.Store), FailLocal, newMemStore(maxKeys))
 	}
 }
 
@@ -21,15 +22,15 @@ func init() {
 // the key's debt, paid with its next Take that remote answers (when remote is
 // a DebtStore).
 type failover struct {
-	remote Store
-	debts  DebtStore // remote, if it is one and policy is FailLocal
+	remote store.Store
+	debts  store.DebtStore // remote, if it is one and policy is FailLocal
 	policy FailurePolicy
 	local  *memStore // the mirror and fallback buckets, one table per policy
 }
 
-func newFailover(remote Store, policy FailurePolicy, local *memStore) *failover {
+func newFailover(remote store.Store, policy FailurePolicy, local *memStore) *failover {
 	f := &failover{remote: remote, policy: policy, local: local}
-	if ds, ok := remote.(DebtStore); ok && policy == FailLocal {
+	if ds, ok := remote.(store.DebtStore); ok && policy == FailLocal {
 		f.debts = ds
 	}
 	return f
@@ -55,11 +56,11 @@ func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int
 	}
 	switch f.policy {
 	case FailOpen:
-		a = answer{Result: Result{Allowed: true}, err: err, unknown: true}
+		a = answer{Result: store.Result{Allowed: true}, err: err, unknown: true}
 		ps.count(&a)
 		return a
 	case FailClosed:
-		a = answer{Result: Result{RetryAfter: time.Second}, err: err, unknown: true}
+		a = answer{Result: store.Result{RetryAfter: time.Second}, err: err, unknown: true}
 		ps.count(&a)
 		return a
 	}
@@ -74,7 +75,7 @@ func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int
 
 // fill fills in res.Resets for a policy of one limit, which a Store may
 // leave zero (see Result).
-func (ps *policyState) fill(res Result) Result {
+func (ps *policyState) fill(res store.Result) store.Result {
 	if len(ps.Limits) == 1 {
 		res.Resets[0] = res.ResetAfter
 	}
@@ -99,7 +100,7 @@ func (ps *policyState) count(a *answer) {
 // remoteTake is remote's Take of n tokens for key, paying key's debt with
 // it when remote is a DebtStore. A failed call leaves the debt in its place
 // in the record, for a later Take.
-func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, n int) (Result, error) {
+func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, n int) (store.Result, error) {
 	if f.debts == nil {
 		return f.remote.Take(ctx, key, ps.Policy, n)
 	}
@@ -123,17 +124,17 @@ func (f *failover) peek(ctx context.Context, ps *policyState, k bucketKey) answe
 // refund gives n tokens back to the bucket that paid them: remote's, or the
 // local one that decided under FailLocal. FailOpen and FailClosed charged
 // nothing when they decided, so nothing is refunded.
-func (f *failover) refund(ctx context.Context, ps *policyState, k bucketKey, n int, degraded bool) (Result, bool, error) {
+func (f *failover) refund(ctx context.Context, ps *policyState, k bucketKey, n int, degraded bool) (store.Result, bool, error) {
 	switch {
 	case degraded && f.policy == FailLocal:
 		ps.debts.cancel(k.s, n)
 		return ps.peeked(ps.table.Refund(k.hash, f.local.now(), int64(n))).Result, true, nil
 	case degraded:
-		return Result{}, false, nil
+		return store.Result{}, false, nil
 	}
 	res, err := f.remote.Refund(ctx, k.s, ps.Policy, n)
 	if err != nil {
-		return Result{}, false, err
+		return store.Result{}, false, err
 	}
 	res = ps.fill(res)
 	if f.policy == FailLocal {
@@ -160,17 +161,17 @@ func (f *failover) reset(ctx context.Context, ps *policyState, k bucketKey) erro
 
 func (f *failover) keys() keyer { return keyer{seed: f.local.seed, strings: true} }
 
-func (f *failover) Take(ctx context.Context, key string, p Policy, n int) (Result, error) {
+func (f *failover) Take(ctx context.Context, key string, p Policy, n int) (store.Result, error) {
 	a := f.take(ctx, f.local.lane(p), f.local.keys().of(key), n)
 	return a.Result, a.err
 }
 
-func (f *failover) Refund(ctx context.Context, key string, p Policy, n int) (Result, error) {
+func (f *failover) Refund(ctx context.Context, key string, p Policy, n int) (store.Result, error) {
 	res, _, err := f.refund(ctx, f.local.lane(p), f.local.keys().of(key), n, false)
 	return res, err
 }
 
-func (f *failover) Peek(ctx context.Context, key string, p Policy) (Result, error) {
+func (f *failover) Peek(ctx context.Context, key string, p Policy) (store.Result, error) {
 	a := f.peek(ctx, f.local.lane(p), f.local.keys().of(key))
 	return a.Result, a.err
 }

@@ -61,6 +61,8 @@ import (
 
 	"github.com/addrlimit/addrlimit/internal/bucket"
 	"github.com/addrlimit/addrlimit/internal/headers"
+	"github.com/addrlimit/addrlimit/internal/limits"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 // Limiter limits requests per key under one or more policies. Build it with
@@ -92,17 +94,18 @@ type Limiter struct {
 // policyState is one policy with its buckets, its header fields and the
 // counters of the decisions its table does not count itself.
 type policyState struct {
-	Policy                // with every limit named
-	maxCost int           // the smallest Burst: the largest cost every limit can pay
-	longest time.Duration // the longest full refill (Burst × Interval) of its limits
-	table   *bucket.Table // the buckets, or the local fallback of a remote store
-	debts   debtRecord    // what the local fallback charged, owed to a DebtStore
+	Policy                 // with every limit named
+	lims    []limits.Limit // Policy.Limits, for their arithmetic
+	maxCost int            // the smallest Burst: the largest cost every limit can pay
+	longest time.Duration  // the longest full refill (Burst × Interval) of its limits
+	table   *bucket.Table  // the buckets, or the local fallback of a remote store
+	debts   debtRecord     // what the local fallback charged, owed to a DebtStore
 	headers *headers.Writer
 	allowed atomic.Uint64 // decisions of a remote store or of FailOpen/FailClosed
 	limited atomic.Uint64
 	// limitedBy counts the remote store's denials by the limit that denied
 	// (the tightest: see Result).
-	limitedBy [MaxLimits]atomic.Uint64
+	limitedBy [maxLimits]atomic.Uint64
 }
 
 // tau is the policy's longest full refill time in ns: after it, every
@@ -161,17 +164,17 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	}
 	l.keys = l.store.keys()
 	for _, p := range append([]Policy{def}, c.policies...) {
-		p = p.named() // validated: by newPolicy or WithPolicy
+		p = named(p) // validated: by newPolicy or WithPolicy
 		if _, dup := l.byName[p.Name]; dup {
 			return nil, fmt.Errorf("addrlimit: two policies are named %q", p.Name)
 		}
-		if pc, ok := c.store.(PolicyChecker); ok {
+		if pc, ok := c.store.(store.PolicyChecker); ok {
 			if err := pc.CheckPolicy(p); err != nil {
 				return nil, fmt.Errorf("addrlimit: policy %q: the store refuses it: %w", p.Name, err)
 			}
 		}
 		ps := mem.lane(p)
-		ps.headers = headers.NewMulti(uint8(c.headers), p.Name, p.headerLimits())
+		ps.headers = headers.NewMulti(uint8(c.headers), p.Name, headerLimits(p))
 		l.policies = append(l.policies, ps)
 		l.byName[p.Name] = ps
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit/internal/bucket"
+	"github.com/addrlimit/addrlimit/internal/limits"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 // seam is the one way a Limiter reaches its buckets: a Store as the Limiter
@@ -16,7 +18,7 @@ import (
 // failover, a Store given to WithStore behind its failure policy. Both are
 // also Stores, so that storetest runs against exactly what production runs.
 type seam interface {
-	Store
+	store.Store
 	// take charges n tokens to k's buckets under ps.
 	take(ctx context.Context, ps *policyState, k bucketKey, n int) answer
 	// peek reports k's bucket without changing it.
@@ -24,7 +26,7 @@ type seam interface {
 	// refund gives n tokens back to the bucket that paid them for a
 	// decision (degraded: one the failure policy took), reports whether any
 	// bucket got them, and returns that bucket's state.
-	refund(ctx context.Context, ps *policyState, k bucketKey, n int, degraded bool) (Result, bool, error)
+	refund(ctx context.Context, ps *policyState, k bucketKey, n int, degraded bool) (store.Result, bool, error)
 	// reset makes k's bucket full.
 	reset(ctx context.Context, ps *policyState, k bucketKey) error
 	// keys is how this seam's keys are made, for the Limiter to make them.
@@ -62,7 +64,7 @@ func (kr keyer) ofBytes(b []byte, str bool) bucketKey {
 
 // answer is a seam's answer to take and peek.
 type answer struct {
-	Result
+	store.Result
 	tight   int   // the index of the tightest limit (see Result)
 	err     error // the store failed and the failure policy decided
 	unknown bool  // the quota is unknown (FailOpen, FailClosed): Decision.QuotaUnknown
@@ -100,9 +102,10 @@ func (m *memStore) now() int64 {
 func (m *memStore) lane(p Policy) *policyState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	id := p.id()
+	id := policyID(p)
 	ps := m.lanes[id]
 	if ps == nil {
+		ps = &policyState{Policy: named(p), maxCost: p.Limits[0].Burst}
 		var bps []bucket.Policy
 		for _, lim := range p.Limits {
 			bp, err := bucket.NewPolicy(lim.Burst, lim.Interval)
@@ -110,11 +113,12 @@ func (m *memStore) lane(p Policy) *policyState {
 				panic("addrlimit: " + err.Error()) // the caller broke the Store contract
 			}
 			bps = append(bps, bp)
+			l := limits.Limit{Burst: lim.Burst, Interval: lim.Interval}
+			ps.lims = append(ps.lims, l)
+			ps.maxCost = min(ps.maxCost, lim.Burst)
+			ps.longest = max(ps.longest, l.Tau())
 		}
-		ps = &policyState{Policy: p.named(), maxCost: p.maxCost(), table: bucket.NewTable(bps[0], m.maxKeys, bps[1:]...)}
-		for _, lim := range p.Limits {
-			ps.longest = max(ps.longest, lim.tau())
-		}
+		ps.table = bucket.NewTable(bps[0], m.maxKeys, bps[1:]...)
 		m.lanes[id] = ps
 	}
 	return ps
@@ -129,9 +133,23 @@ func (ps *policyState) taken(allowed bool, n int, f *bucket.Fulls) (a answer) {
 	if !allowed {
 		need = n
 	}
-	a.Allowed, a.Resets = allowed, [MaxLimits]time.Duration(*f) // bucket.MaxLimits == MaxLimits
+	a.Allowed, a.Resets = allowed, [maxLimits]time.Duration(*f) // bucket.MaxLimits == MaxLimits
 	a.tight = ps.summarize(&a.Result, need)
 	return a
+}
+
+// summarize sets the Remaining, RetryAfter and ResetAfter of res from its
+// Resets, after a call that needed need tokens (store.Policy.Result's
+// rule), and returns the index of the tightest limit.
+func (ps *policyState) summarize(res *store.Result, need int) (tight int) {
+	tight, res.Remaining, res.RetryAfter, res.ResetAfter = limits.Summarize(ps.lims, need, &res.Resets)
+	return tight
+}
+
+// tightestOf is the index of the tightest limit of res, a Result of a
+// call that needed need tokens (see store.Result).
+func (ps *policyState) tightestOf(res *store.Result, need int) int {
+	return limits.Tightest(ps.lims, need, &res.Resets)
 }
 
 // peeked is the answer of ps's table to a Peek or a Refund: buckets in the
@@ -151,7 +169,7 @@ func (m *memStore) peek(_ context.Context, ps *policyState, k bucketKey) answer 
 	return ps.peeked(ps.table.Peek(k.hash, m.now()))
 }
 
-func (m *memStore) refund(_ context.Context, ps *policyState, k bucketKey, n int, _ bool) (Result, bool, error) {
+func (m *memStore) refund(_ context.Context, ps *policyState, k bucketKey, n int, _ bool) (store.Result, bool, error) {
 	return ps.peeked(ps.table.Refund(k.hash, m.now(), int64(n))).Result, true, nil
 }
 
@@ -160,16 +178,16 @@ func (m *memStore) reset(_ context.Context, ps *policyState, k bucketKey) error 
 	return nil
 }
 
-func (m *memStore) Take(ctx context.Context, key string, p Policy, n int) (Result, error) {
+func (m *memStore) Take(ctx context.Context, key string, p Policy, n int) (store.Result, error) {
 	return m.take(ctx, m.lane(p), m.keys().of(key), n).Result, nil
 }
 
-func (m *memStore) Refund(ctx context.Context, key string, p Policy, n int) (Result, error) {
+func (m *memStore) Refund(ctx context.Context, key string, p Policy, n int) (store.Result, error) {
 	res, _, err := m.refund(ctx, m.lane(p), m.keys().of(key), n, false)
 	return res, err
 }
 
-func (m *memStore) Peek(ctx context.Context, key string, p Policy) (Result, error) {
+func (m *memStore) Peek(ctx context.Context, key string, p Policy) (store.Result, error) {
 	return m.peek(ctx, m.lane(p), m.keys().of(key)).Result, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit/internal/headers"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 // An Option configures a Limiter in New. Options are applied in order; New
@@ -29,7 +30,7 @@ type config struct {
 	maxKeys   int
 	observers []func(context.Context, Decision)
 	dryRun    bool
-	store     Store
+	store     store.Store
 	headers   HeaderStyle
 	failure   FailurePolicy
 	failSet   bool // WithStoreFailure was given
@@ -295,7 +296,7 @@ func WithDryRun() Option {
 // WithStore sets where buckets are kept, for example a Redis store shared by
 // a fleet of instances. The default keeps them in memory, bounded by
 // WithMaxKeys.
-func WithStore(s Store) Option {
+func WithStore(s store.Store) Option {
 	return func(c *config) error {
 		if s == nil {
 			return errors.New("addrlimit: WithStore given a nil Store")

@@ -1,4 +1,4 @@
-// Package redisstore is an addrlimit.Store in Redis, so that a fleet of
+// Package redisstore is an store.Store in Redis, so that a fleet of
 // instances shares one budget per client. It takes a go-redis v9 client
 // (import "github.com/redis/go-redis/v9"):
 //
@@ -81,6 +81,7 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -98,7 +99,7 @@ const (
 	maxTau = 1 << 50
 )
 
-// Store implements addrlimit.Store on Redis.
+// Store implements store.Store on Redis.
 type Store struct {
 	client     redis.UniversalClient
 	cluster    *redis.ClusterClient // nil unless client is one
@@ -316,7 +317,7 @@ func (s *Store) connect(ctx context.Context, c redis.UniversalClient, pipelines 
 	return failed
 }
 
-// CheckPolicy implements addrlimit.PolicyChecker: it refuses a policy with
+// CheckPolicy implements store.PolicyChecker: it refuses a policy with
 // a limit whose burst × interval exceeds 2^50 µs (about 35.7 years), the
 // bound of the script's exact arithmetic, or that Policy.Validate refuses.
 func (s *Store) CheckPolicy(p addrlimit.Policy) error {
@@ -324,37 +325,37 @@ func (s *Store) CheckPolicy(p addrlimit.Policy) error {
 	return err
 }
 
-// Take implements addrlimit.Store: n from every limit of p or from none, in
+// Take implements store.Store: n from every limit of p or from none, in
 // one round trip (shared with concurrent calls), or none when the deny cache
 // already knows that some limit of the key cannot pay n yet. Errors
 // (including the timeout and an open circuit) start with "redisstore: ".
-func (s *Store) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+func (s *Store) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (store.Result, error) {
 	return s.do(ctx, key, p, opTake, n)
 }
 
-// Refund implements addrlimit.Store: it gives n tokens back to each of key's
+// Refund implements store.Store: it gives n tokens back to each of key's
 // buckets, none above full, and drops key from the deny cache.
-func (s *Store) Refund(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+func (s *Store) Refund(ctx context.Context, key string, p addrlimit.Policy, n int) (store.Result, error) {
 	return s.do(ctx, key, p, opRefund, n)
 }
 
-// Peek implements addrlimit.Store: it reports key's buckets without
+// Peek implements store.Store: it reports key's buckets without
 // changing them. It always asks Redis.
-func (s *Store) Peek(ctx context.Context, key string, p addrlimit.Policy) (addrlimit.Result, error) {
+func (s *Store) Peek(ctx context.Context, key string, p addrlimit.Policy) (store.Result, error) {
 	return s.do(ctx, key, p, opPeek, 1)
 }
 
-// Reset implements addrlimit.Store: it deletes key's buckets (full
+// Reset implements store.Store: it deletes key's buckets (full
 // buckets) and drops key from the deny cache.
 func (s *Store) Reset(ctx context.Context, key string, p addrlimit.Policy) error {
 	_, err := s.do(ctx, key, p, opReset, 1)
 	return err
 }
 
-func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n int) (addrlimit.Result, error) {
+func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n int) (store.Result, error) {
 	lims, err := checkPolicy(p, n)
 	if err != nil {
-		return addrlimit.Result{}, err
+		return store.Result{}, err
 	}
 	// q is p as the script runs it: intervals in whole µs.
 	q := addrlimit.Policy{Name: p.Name, Limits: lims[:len(p.Limits)]}
@@ -371,11 +372,11 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 		s.deny.forget(rkey)
 	}
 	if err := ctx.Err(); err != nil {
-		return addrlimit.Result{}, fmt.Errorf("redisstore: %w", err)
+		return store.Result{}, fmt.Errorf("redisstore: %w", err)
 	}
 	br := s.breakerFor(ctx, rkey)
 	if err := br.check(); err != nil {
-		return addrlimit.Result{}, err
+		return store.Result{}, err
 	}
 	c.br = br
 	for i, lim := range q.Limits {
@@ -387,9 +388,9 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 		s.send(ctx, []*call{c})
 	}
 	if c.err != nil {
-		return addrlimit.Result{}, fmt.Errorf("redisstore: %w", c.err)
+		return store.Result{}, fmt.Errorf("redisstore: %w", c.err)
 	}
-	var resets [addrlimit.MaxLimits]time.Duration
+	var resets [store.MaxLimits]time.Duration
 	for i := range q.Limits {
 		resets[i] = time.Duration(c.reply[1+i]) * time.Microsecond
 	}
@@ -555,8 +556,8 @@ func (s *Store) masterGone(ctx context.Context, addr string) bool {
 // checkPolicy validates p and n and returns p's limits with each refill
 // interval rounded to whole microseconds (at least 1 µs), as the script
 // runs them.
-func checkPolicy(p addrlimit.Policy, n int) ([addrlimit.MaxLimits]addrlimit.Limit, error) {
-	var lims [addrlimit.MaxLimits]addrlimit.Limit
+func checkPolicy(p addrlimit.Policy, n int) ([store.MaxLimits]addrlimit.Limit, error) {
+	var lims [store.MaxLimits]addrlimit.Limit
 	// The Limiter's one rule for a policy. The empty name, which a Limiter
 	// never passes, is a namespace of its own for direct callers.
 	if p.Name != "" {
@@ -564,8 +565,8 @@ func checkPolicy(p addrlimit.Policy, n int) ([addrlimit.MaxLimits]addrlimit.Limi
 			return lims, fmt.Errorf("redisstore: %w", err)
 		}
 	}
-	if len(p.Limits) < 1 || len(p.Limits) > addrlimit.MaxLimits {
-		return lims, fmt.Errorf("redisstore: policy %q: has %d limits, not 1 to %d", p.Name, len(p.Limits), addrlimit.MaxLimits)
+	if len(p.Limits) < 1 || len(p.Limits) > store.MaxLimits {
+		return lims, fmt.Errorf("redisstore: policy %q: has %d limits, not 1 to %d", p.Name, len(p.Limits), store.MaxLimits)
 	}
 	for i, lim := range p.Limits {
 		if lim.Burst < 1 || lim.Interval <= 0 {
@@ -640,6 +641,6 @@ func clientPart(key string) string {
 func (s *Store) DenyCacheLen() int { return s.deny.len() }
 
 var (
-	_ addrlimit.Store         = (*Store)(nil)
-	_ addrlimit.PolicyChecker = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.PolicyChecker = (*Store)(nil)
 )

@@ -342,10 +342,10 @@ func maxPins(shardCap int) int { return max(1, shardCap/8) }
 // Mirror records the state a remote store reported at now for the buckets
 // of hash h: each full again after its entry of f, clamped to
 // [0, 2*Burst*Interval] (a remote bucket may be up to one burst in debt:
-// see addrlimit.DebtStore). Of the state already held and the reported
-// one, the later (emptier) is kept for each limit, so answers that arrive
-// out of order never make the copy fuller. The state is kept exactly,
-// whatever the approximate memory says.
+// see DebtStore in package github.com/addrlimit/addrlimit/store). Of the
+// state already held and the reported one, the later (emptier) is kept for
+// each limit, so answers that arrive out of order never make the copy
+// fuller. The state is kept exactly, whatever the approximate memory says.
 func (t *Table) Mirror(h uint64, now int64, f Fulls) {
 	s, h, now := t.lock(h, now)
 	defer s.mu.Unlock()
