@@ -1,8 +1,6 @@
 // Package addrlimit is net/http middleware that limits each client address
-// with a token bucket and lets your own services through by identity, not by
-// address: an edge, an orchestrator or a gate that reaches your API from a
-// few shared egress addresses is exempt by its internal bearer token, and
-// everyone else keeps exactly the limit they had.
+// with a token bucket and lets your own services through by identity (an
+// internal bearer token, a verified client certificate), not by address.
 //
 //	tok, err := addrlimit.NewInternalToken(os.Getenv("INTERNAL_TOKEN")) // one or more secrets (rotation)
 //	if err != nil {
@@ -18,36 +16,13 @@
 //	mux.Handle("/", http.FileServer(http.Dir("public")))  // everything else
 //	log.Fatal(http.ListenAndServe(":8080", lim.Handler(mux)))
 //
-// This is the README's quick start. The constructors' errors name the
-// misconfiguration, never a secret. What the package promises:
-//
-//   - Exemption is a bypass, by identity: a request that carries one of the
-//     token's secrets (compared in constant time, see [InternalToken]) or
-//     that [WithExempt] accepts touches no bucket and is never limited. A
-//     wrong, forged or retired token gets no pass: it is charged like any
-//     other request.
-//   - Each key (by default the peer address from RemoteAddr, IPv6 grouped by
-//     /64; behind proxies see [TrustedProxies.Key]) gets a bucket of burst
-//     tokens (default: limit) refilled at limit per period: 300 per minute
-//     means 300 at once, then one more every 200 ms. The decisions are those
-//     of golang.org/x/time/rate's rate.NewLimiter(rate.Every(per/limit), burst).
-//   - No error skips the limit: a request whose key, policy or cost is not
-//     clean is charged to a fallback ([UnkeyedKey], the default policy, one
-//     token) or refused, and [Decision].Err says why; a [Store] failure is
-//     decided by the [FailurePolicy] you chose.
-//   - Limited requests get 429 with Retry-After; counted responses carry
-//     RateLimit and RateLimit-Policy fields ([HeaderStyle]; none under
-//     HeaderNone, when the store failed under FailOpen or FailClosed, or on
-//     the 413 of a cost over the burst, which no bucket was asked about).
-//     The responses the package writes never echo a token, a key or an
-//     error.
-//   - Memory is bounded per policy ([WithMaxKeys]). Past the bound decisions
-//     may limit more than the bucket would, never less: no key is handed a
-//     fuller bucket than it had.
-//
-// The README covers the rest, with measurements: proxies, frameworks, gRPC,
-// many instances (the redisstore module), rolling out with [WithDryRun],
-// metrics (promcollector, otelcollector), memory and benchmarks.
+// This is the README's quick start; the README covers the rest. The
+// promises: exemption is by identity only (a wrong, forged or retired token
+// is charged like any other request); one limit decides as x/time/rate's
+// rate.NewLimiter(rate.Every(per/limit), burst); no error skips the limit
+// (what is not clean is charged to a fallback or refused, and reported in
+// Decision.Err, never to the client); memory is bounded (WithMaxKeys) and a
+// key past the bound may be limited more, never less.
 package addrlimit
 
 import (
@@ -66,10 +41,9 @@ import (
 )
 
 // Limiter limits requests per key under one or more policies. Build it with
-// New; it is immutable and safe for concurrent use, and starts no goroutine.
-// A Limiter not built by New (the zero value, or a nil pointer) never lets a
-// request through unlimited: Peek and Reset return the error "addrlimit:
-// Limiter not built with New", every other method panics with it.
+// New; it is immutable, safe for concurrent use, and starts no goroutine. A
+// Limiter not built by New never lets a request through: Peek and Reset return
+// an error, the other methods panic.
 type Limiter struct {
 	policies  []*policyState // [0] is the default policy
 	byName    map[string]*policyState
@@ -112,16 +86,13 @@ type policyState struct {
 // bucket of a key that was not charged is full.
 func (ps *policyState) tau() int64 { return int64(ps.longest) }
 
-// DefaultMaxKeys is the default capacity of each policy's exact bucket table
-// (WithMaxKeys). Refilled buckets are dropped, so the table holds only the
-// clients seen within one full refill time (60 s for 300/min): this many is
-// far beyond normal load. README "Memory" gives its cost.
+// DefaultMaxKeys is WithMaxKeys's default, far beyond normal load (README
+// "Memory").
 const DefaultMaxKeys = 1 << 20
 
-// New returns a Limiter whose default policy lets each key make limit
-// requests per period per, in bursts of up to limit (see WithBurst). It
-// validates everything once: limit >= 1, per > 0, at most one request per
-// nanosecond, and every option; errors start with "addrlimit: ".
+// New returns a Limiter whose default policy lets each key make limit requests
+// per period per, in bursts of up to limit. It validates every option once;
+// errors start with "addrlimit: ".
 func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	c := config{name: DefaultPolicyName, burst: limit, maxKeys: DefaultMaxKeys}
 	for i, o := range opts {
@@ -207,8 +178,8 @@ func limitInterval(limit int, per time.Duration) (time.Duration, error) {
 	return interval, nil
 }
 
-// Policies returns a copy of the limiter's policies: the default one first,
-// then the named ones in the order of their WithPolicy options.
+// Policies returns a copy of the policies: the default one, then those of
+// WithPolicy in order.
 func (l *Limiter) Policies() []Policy {
 	l.mustBeBuilt()
 	out := make([]Policy, len(l.policies))
@@ -218,13 +189,9 @@ func (l *Limiter) Policies() []Policy {
 	return out
 }
 
-// Handler returns middleware that decides each request before next sees it.
-// Exempt requests go straight to next, untouched. Counted requests get the
-// quota header fields; a denied one gets 429 Too Many Requests with
-// Retry-After (whole seconds, at least 1) and Cache-Control: no-store (413
-// for a cost over the burst, see WithCost), or the WithDeniedHandler
-// response. It panics if next is nil. Without a net/http middleware slot
-// (gin), use Allow, Respond and Refund.
+// Handler returns middleware deciding each request before next (nil panics):
+// exempt ones pass untouched, counted ones get the quota fields, denied ones
+// 429 with Retry-After and Cache-Control: no-store (or WithDeniedHandler's).
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	l.mustBeBuilt()
 	if next == nil {
@@ -261,10 +228,10 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// Allow decides r as Handler would and tells the observers, but writes
-// nothing and never refunds: for websockets and frameworks without a
-// net/http middleware slot (gin). Refuse the work when the Decision is
-// Denied; Respond writes Handler's response, Refund gives the tokens back.
+// Allow decides r as Handler would and tells the observers, but writes nothing
+// and never refunds: for websockets and frameworks without a middleware slot
+// (gin). Refuse a Denied decision; Respond writes Handler's response, Refund
+// gives the tokens back.
 func (l *Limiter) Allow(r *http.Request) Decision {
 	l.mustBeBuilt()
 	var d Decision
@@ -286,20 +253,9 @@ func httpCall(r *http.Request) Call {
 	return c
 }
 
-// AllowKey charges n tokens to key under the named policy ("" for the
-// default one) and tells the observers, as Decide does, for job queues and
-// other work without a client: exemption does not apply, and ctx's
-// cancellation does not reach the Store. Bad input never skips the limit:
-// an unknown policy is charged to the default one (ErrUnknownPolicy), an
-// empty key to UnkeyedKey (ErrEmptyKey), n < 1 as 1 (ErrInvalidCost); n
-// above the burst is refused and charges nothing (ErrCostOverBurst).
-//
-// key shares one namespace per policy with the keys of requests (see
-// PolicySelector). When requests are keyed by address (the default key,
-// RemoteAddrKey or TrustedProxies.Key), a key written as an address in any
-// form names that client's bucket, as Reset says: AllowKey(ctx, "",
-// r.RemoteAddr, 1) charges r's bucket. Decision.Key is the bucket's key.
-// Prefix other keys with a name that is not hexadecimal ("user:"+id).
+// AllowKey decides a call of cost n on key under the named policy ("" for the
+// default), as Decide does, for work without a client; key names a bucket as
+// for Reset.
 func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decision {
 	l.mustBeBuilt()
 	if k := l.namedKey(key); k != "" {
@@ -314,13 +270,9 @@ func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decis
 	return d
 }
 
-// Peek returns the state of key's bucket under the named policy ("" for the
-// default one) without charging it: Outcome is Allowed if a request of cost
-// 1 would be allowed now, Limited otherwise, and Key is the bucket's key.
-// Nothing is counted or observed. key names a bucket as for Reset. It fails
-// for an unknown policy (ErrUnknownPolicy), an empty key (ErrEmptyKey), a
-// network of several clients, or when the Store fails (its error; no failure
-// policy applies).
+// Peek returns key's buckets under the named policy, uncharged: Allowed if a
+// call of cost 1 would be. It fails for an unknown policy, an empty key, a
+// network of several clients, or the Store's error.
 func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error) {
 	ps, key, err := l.keyedPolicy(policy, key)
 	if err != nil {
@@ -336,20 +288,10 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 	return d, nil
 }
 
-// Reset makes key's bucket under the named policy ("" for the default one)
-// full again, as if the client had never been seen: for support staff who
-// unblock a customer. Resetting a key that has no bucket is not an error.
-//
-// When requests are keyed by address (the default key, RemoteAddrKey or
-// TrustedProxies.Key), key may be the client's address as people type it:
-// in any notation ("2001:db8::1" in the client's /64, "::ffff:192.0.2.1",
-// "64:ff9b::c000:201", a zone), with a port ("[2001:db8::1]:443"), or a
-// network inside one client's key ("2001:db8::1/64"). Under any other
-// KeyFunc (even one wrapping these), key is taken as it is.
-//
-// It fails for an unknown policy, an empty key, a network of several
-// clients, or when the Store fails (the local fallback bucket is reset
-// either way).
+// Reset makes key's buckets under the named policy ("" for the default) full.
+// Under an address KeyFunc (the default, RemoteAddrKey, TrustedProxies.Key),
+// key may be the client's address in any notation, with a port, or a network
+// within its key. It fails as Peek does.
 func (l *Limiter) Reset(ctx context.Context, policy, key string) error {
 	ps, key, err := l.keyedPolicy(policy, key)
 	if err != nil {

@@ -84,18 +84,10 @@ func (d *Decision) overBurst() bool {
 	return d.Outcome == Limited && errors.Is(d.Err, ErrCostOverBurst)
 }
 
-// Respond writes what Handler writes for d before it would call the next
-// handler, for callers of Allow (gin): nothing for an Exempt decision, the
-// quota fields for a counted one, and for a denied one Handler's whole
-// refusal (429, 413, 503 or the WithDeniedHandler response, which gets r).
-// It reports whether it refused the request: then do not serve it (in gin,
-// c.Abort()).
-//
-// d must be a decision of this Limiter. One of another policy gets no quota
-// fields and, if denied, the refusal of an unknown quota (503 with
-// Retry-After: 1, or 413 for ErrCostOverBurst). A Decision with no outcome
-// (the zero Decision) is refused that way too: nothing that is not a
-// decision lets a request through.
+// Respond writes what Handler would for d before calling next, for callers of
+// Allow, and reports whether it refused (then do not serve). A decision this
+// Limiter did not make gets no quota fields and, if denied, the refusal of an
+// unknown quota (503); so does the zero Decision.
 func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (refused bool) {
 	l.mustBeBuilt()
 	if d.Outcome == Exempt {
@@ -117,11 +109,10 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 	return l.write(w, r, ps, &d)
 }
 
-// QuotaFields calls set with the lower-case name and the value of each
-// quota field Handler sends for d (per WithHeaders), rendered by the same
-// code, for other transports (gRPC metadata). Retry-After is not one of
-// them. Nothing is set for an Exempt decision, an unknown quota, a
-// Decision this Limiter did not make, or under HeaderNone.
+// QuotaFields calls set with the lower-case name and value of each quota field
+// Handler sends for d, rendered by the same code, for other transports (gRPC
+// metadata); Retry-After is not one. It sets nothing for a decision Handler
+// would send none for, or that this Limiter did not make.
 func (l *Limiter) QuotaFields(d Decision, set func(name, value string)) {
 	l.mustBeBuilt()
 	ps := l.byName[d.Policy]
@@ -171,9 +162,8 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState
 	_, _ = w.Write(body)
 }
 
-// ContextWithDecision returns a copy of ctx that carries d, as the Limiter
-// passes it to a WithDeniedHandler handler: DecisionFromContext returns d.
-// Use it to test such a handler on its own.
+// ContextWithDecision returns ctx carrying d for DecisionFromContext, to test a
+// WithDeniedHandler handler on its own.
 func ContextWithDecision(ctx context.Context, d Decision) context.Context {
 	return context.WithValue(ctx, decisionKey{}, d)
 }

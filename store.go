@@ -9,22 +9,12 @@ import (
 	"github.com/addrlimit/addrlimit/store"
 )
 
-// Limit is one token bucket of a policy: capacity Burst, refilled one token
-// every Interval; N requests per period P in bursts of B is
-// Limit{Burst: B, Interval: P / N}. Its fields are store.Limit's.
+// Limit is one token bucket: N requests per period P in bursts of B is
+// Limit{Burst: B, Interval: P / N} (store.Limit).
 type Limit = store.Limit
 
-// Policy is a set of limits applied together to each key under one name,
-// all or nothing: a request is admitted only if every limit has its cost,
-// and when any denies, none is charged. Give it to WithPolicy; its fields
-// and its rule (Validate) are store.Policy's. 10 per second and 300 per
-// minute and 10,000 per day is
-//
-//	addrlimit.Policy{Name: "api", Limits: []addrlimit.Limit{
-//		{Burst: 10, Interval: time.Second / 10},
-//		{Burst: 300, Interval: time.Minute / 300},
-//		{Burst: 10000, Interval: 24 * time.Hour / 10000},
-//	}}
+// Policy is a set of limits applied together to each key, all or nothing
+// (store.Policy has its fields and rule); give it to WithPolicy.
 type Policy = store.Policy
 
 // maxLimits bounds the limits of one policy (store.MaxLimits).

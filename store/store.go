@@ -40,7 +40,16 @@ const MaxLimits = limits.Max
 
 // Policy is a set of limits applied together to each key, under the name
 // Name: a request is admitted only if every limit has its cost, and when
-// any limit denies it, none is charged. The name appears in the
+// any limit denies it, none is charged. 10 per second and 300 per minute
+// and 10,000 per day is
+//
+//	addrlimit.Policy{Name: "api", Limits: []addrlimit.Limit{
+//		{Burst: 10, Interval: time.Second / 10},
+//		{Burst: 300, Interval: time.Minute / 300},
+//		{Burst: 10000, Interval: 24 * time.Hour / 10000},
+//	}}
+//
+// (addrlimit.Policy is this type). The name appears in the
 // RateLimit-Policy header field, in Stats and in metrics, and is part of
 // the buckets' identity in a Store (see Store). A Limiter keeps its own
 // copy of Limits, with every Name filled in.
