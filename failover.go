@@ -5,15 +5,8 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit/internal/bucket"
-	"github.com/addrlimit/addrlimit/internal/storehook"
 	"github.com/addrlimit/addrlimit/store"
 )
-
-func init() {
-	storehook.BehindFailLocal = func(s any, maxKeys int) any {
-		return newFailover(s.(store.Store), FailLocal, newMemStore(maxKeys))
-	}
-}
 
 // failover is a Store given to WithStore behind the Limiter's failure
 // policy: every call goes to remote; when remote fails, policy decides. Under
@@ -156,26 +149,4 @@ func (f *failover) reset(ctx context.Context, ps *policyState, k bucketKey) erro
 	return f.remote.Reset(ctx, k.s, ps.Policy)
 }
 
-// The Store methods are the seam's, for storetest: the wrapper is what
-// production runs in front of a remote store.
-
 func (f *failover) keys() keyer { return keyer{seed: f.local.seed, strings: true} }
-
-func (f *failover) Take(ctx context.Context, key string, p Policy, n int) (store.Result, error) {
-	a := f.take(ctx, f.local.lane(p), f.local.keys().of(key), n)
-	return a.Result, a.err
-}
-
-func (f *failover) Refund(ctx context.Context, key string, p Policy, n int) (store.Result, error) {
-	res, _, err := f.refund(ctx, f.local.lane(p), f.local.keys().of(key), n, false)
-	return res, err
-}
-
-func (f *failover) Peek(ctx context.Context, key string, p Policy) (store.Result, error) {
-	a := f.peek(ctx, f.local.lane(p), f.local.keys().of(key))
-	return a.Result, a.err
-}
-
-func (f *failover) Reset(ctx context.Context, key string, p Policy) error {
-	return f.reset(ctx, f.local.lane(p), f.local.keys().of(key))
-}

@@ -11,14 +11,13 @@ import (
 	"github.com/addrlimit/addrlimit/store"
 )
 
-// seam is the one way a Limiter reaches its buckets: a Store as the Limiter
-// calls it, by the key's hash (which is all the in-memory table needs, so the
-// default path allocates nothing) and with the policy's state at hand. New
-// picks one of its two implementations once: memStore, the default, or
-// failover, a Store given to WithStore behind its failure policy. Both are
-// also Stores, so that storetest runs against exactly what production runs.
+// seam is the one way a Limiter reaches its buckets: by the key's hash
+// (which is all the in-memory table needs, so the default path allocates
+// nothing) and with the policy's state at hand. New picks one of its two
+// implementations once: memStore, the default, or failover, a Store given
+// to WithStore behind its failure policy. It is not a store.Store: storetest
+// reaches failover through a Limiter built WithStore, as production does.
 type seam interface {
-	store.Store
 	// take charges n tokens to k's buckets under ps.
 	take(ctx context.Context, ps *policyState, k bucketKey, n int) answer
 	// peek reports k's bucket without changing it.
@@ -176,21 +175,4 @@ func (m *memStore) refund(_ context.Context, ps *policyState, k bucketKey, n int
 func (m *memStore) reset(_ context.Context, ps *policyState, k bucketKey) error {
 	ps.table.Reset(k.hash, m.now())
 	return nil
-}
-
-func (m *memStore) Take(ctx context.Context, key string, p Policy, n int) (store.Result, error) {
-	return m.take(ctx, m.lane(p), m.keys().of(key), n).Result, nil
-}
-
-func (m *memStore) Refund(ctx context.Context, key string, p Policy, n int) (store.Result, error) {
-	res, _, err := m.refund(ctx, m.lane(p), m.keys().of(key), n, false)
-	return res, err
-}
-
-func (m *memStore) Peek(ctx context.Context, key string, p Policy) (store.Result, error) {
-	return m.peek(ctx, m.lane(p), m.keys().of(key)).Result, nil
-}
-
-func (m *memStore) Reset(ctx context.Context, key string, p Policy) error {
-	return m.reset(ctx, m.lane(p), m.keys().of(key))
 }

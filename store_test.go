@@ -19,17 +19,16 @@ func TestMemoryStoreConformance(t *testing.T) {
 	})
 }
 
-// A remote store behind FailOpen and FailClosed, as New puts a WithStore
-// Store, passes the suite: the wrapper changes nothing while the store
-// answers. (storetest.Run itself runs every store behind FailLocal.)
+// A store behind a Limiter under FailOpen and FailClosed passes the suite:
+// the failure policy changes nothing while the store answers.
+// (storetest.Run itself runs every store behind FailLocal.)
 func TestFailoverConformance(t *testing.T) {
 	for _, p := range []addrlimit.FailurePolicy{addrlimit.FailOpen, addrlimit.FailClosed} {
 		t.Run(p.String(), func(t *testing.T) {
 			storetest.Run(t, storetest.Harness{
-				New: func(t *testing.T) store.Store {
-					return addrlimit.NewTestFailover(addrlimit.NewTestMemoryStore(1000), p, 1000)
-				},
-				Bubble: true,
+				New:     func(t *testing.T) store.Store { return addrlimit.NewTestMemoryStore(1000) },
+				Bubble:  true,
+				Failure: p,
 			})
 		})
 	}

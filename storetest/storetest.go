@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
-	"github.com/addrlimit/addrlimit/internal/storehook"
 	"github.com/addrlimit/addrlimit/store"
 )
 
@@ -47,31 +46,35 @@ type Harness struct {
 	// set Bubble instead, as the redisstore module's tests do: its script
 	// takes the time from the test when one is given.
 	Tolerance time.Duration
+	// Failure is the failure policy of the Limiter that the
+	// "behind-a-Limiter" subtests call the store through (FailLocal, the
+	// zero value, by default).
+	Failure addrlimit.FailurePolicy
 }
 
-// Run runs the suite, one subtest per property: on the store, then on the
-// store behind the wrapper a Limiter puts around it (FailLocal, whose local
-// mirror follows every answer), in subtests under "behind-FailLocal", since
-// that is how production calls a store given to WithStore.
+// Run runs the suite, one subtest per property: on the store, then, in
+// subtests under "behind-a-Limiter", through a Limiter built
+// WithStore(store) and WithStoreFailure(h.Failure), since that is how
+// production calls a store (its FailLocal mirror follows every answer).
 func Run(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("storetest: Harness.New is nil")
 	}
-	runCases(t, h, func(s store.Store) store.Store { return s })
-	t.Run("behind-FailLocal", func(t *testing.T) {
-		runCases(t, h, func(s store.Store) store.Store {
-			return storehook.BehindFailLocal(s, 1000).(store.Store)
+	runCases(t, h, func(t *testing.T, s store.Store) store.Store { return s })
+	t.Run("behind-a-Limiter", func(t *testing.T) {
+		runCases(t, h, func(t *testing.T, s store.Store) store.Store {
+			return &throughLimiter{T: t, s: s, failure: h.Failure, lims: map[string]*addrlimit.Limiter{}}
 		})
 	})
 }
 
 // runCases runs every case on wrap of a new store.
-func runCases(t *testing.T, h Harness, wrap func(store.Store) store.Store) {
+func runCases(t *testing.T, h Harness, wrap func(*testing.T, store.Store) store.Store) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			run := func(t *testing.T) {
 				store := h.New(t)
-				c.run(&suite{T: t, h: h, s: wrap(store), store: store})
+				c.run(&suite{T: t, h: h, s: wrap(t, store), store: store})
 			}
 			if h.Bubble {
 				synctest.Test(t, run)
@@ -86,7 +89,7 @@ func runCases(t *testing.T, h Harness, wrap func(store.Store) store.Store) {
 type suite struct {
 	*testing.T
 	h     Harness
-	s     store.Store // the store under test, perhaps behind FailLocal
+	s     store.Store // the store under test, perhaps behind a Limiter
 	store store.Store // the store Harness.New returned
 }
 
