@@ -104,3 +104,23 @@ func types(e ast.Expr) string {
 	}
 	return "?"
 }
+
+// TestCancellationIsDroppedOnce checks that one function of the root
+// package drops a request's cancellation (failover's detach), so that no
+// layer has to remember to.
+func TestCancellationIsDroppedOnce(t *testing.T) {
+	fset := token.NewFileSet()
+	files := parseProductionFiles(t, fset, ".", 0)
+	var at []string
+	for _, name := range sortedNames(files) {
+		ast.Inspect(files[name], func(n ast.Node) bool {
+			if s, ok := n.(*ast.SelectorExpr); ok && s.Sel.Name == "WithoutCancel" {
+				at = append(at, fset.Position(n.Pos()).String())
+			}
+			return true
+		})
+	}
+	if len(at) != 1 {
+		t.Errorf("context.WithoutCancel is applied at %d places, want 1: %v", len(at), at)
+	}
+}

@@ -29,11 +29,16 @@ func newFailover(remote store.Store, policy FailurePolicy, local *memStore) *fai
 	return f
 }
 
-// take is remote's Take, decided whatever the caller does: a client that
-// hangs up cancels r.Context() and must not get the failure policy for it
-// (remote's own timeout bounds the call).
+// detach is the context of a call to remote that decides or refunds a
+// request: ctx without its cancellation, since a client that hangs up
+// cancels r.Context() and must get neither the failure policy nor a lost
+// refund for it (remote's own timeout bounds the call). It is the one place
+// the Limiter drops a cancellation: the memory tables never read ctx.
+func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
+// take is remote's Take, decided whatever the caller does (detach).
 func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int) (a answer) {
-	res, err := f.remoteTake(context.WithoutCancel(ctx), ps, k.s, n)
+	res, err := f.remoteTake(detach(ctx), ps, k.s, n)
 	if err == nil {
 		res = ps.fill(res)
 		if f.policy == FailLocal {
@@ -125,7 +130,7 @@ func (f *failover) refund(ctx context.Context, ps *policyState, k bucketKey, n i
 	case degraded:
 		return store.Result{}, false, nil
 	}
-	res, err := f.remote.Refund(ctx, k.s, ps.Policy, n)
+	res, err := f.remote.Refund(detach(ctx), k.s, ps.Policy, n)
 	if err != nil {
 		return store.Result{}, false, err
 	}

@@ -220,7 +220,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			rw := &statusWriter{ResponseWriter: w}
 			next.ServeHTTP(rw, r)
 			if status, seen := rw.status(); seen && l.refund(status) {
-				l.refundCharge(context.WithoutCancel(r.Context()), ps, k, &d)
+				l.refundCharge(r.Context(), ps, k, &d)
 			}
 			return
 		}

@@ -17,7 +17,7 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) {
 	if d.Outcome != Allowed || d.Key == "" || ps == nil || d.Cost < 1 || d.Cost > ps.maxCost {
 		return
 	}
-	l.refundCharge(context.WithoutCancel(ctx), ps, l.keys.of(d.Key), &d)
+	l.refundCharge(ctx, ps, l.keys.of(d.Key), &d)
 }
 
 // statusWriter records the status of the response a handler writes, for

@@ -184,10 +184,10 @@ func (p Policy) Result(allowed bool, need int, resets [MaxLimits]time.Duration) 
 //     whose limits are all named, and non-empty keys (the strings its
 //     KeyFunc returned, addrlimit.UnkeyedKey, or keys given to
 //     Limiter.AllowKey). Keys may hold any bytes.
-//   - Take and the Peek of a refused cost get the request's context
-//     without its cancellation (context.WithoutCancel): a client that hangs
-//     up does not end the decision, so a store bounds each call by a timeout
-//     of its own.
+//   - Take and Refund get the request's context without its cancellation
+//     (context.WithoutCancel): a client that hangs up does not end the
+//     decision or its refund, so a store bounds each call by a timeout of
+//     its own.
 //   - A non-nil error means the store could not answer (a remote store timed
 //     out, say). The Limiter then applies its failure policy (see
 //     addrlimit.WithStoreFailure) and reports the error to observers, never
