@@ -74,6 +74,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -115,6 +116,9 @@ type Store struct {
 	breakers sync.Map // cluster: node address → *breaker
 
 	evictionAccepted bool // WithEvictionAccepted
+
+	// prepared holds the policies validated so far, by name (see prepare).
+	prepared atomic.Pointer[map[string]*preparedPolicy]
 }
 
 // An Option configures New.
@@ -321,7 +325,7 @@ func (s *Store) connect(ctx context.Context, c redis.UniversalClient, pipelines 
 // a limit whose burst × interval exceeds 2^50 µs (about 35.7 years), the
 // bound of the script's exact arithmetic, or that Policy.Validate refuses.
 func (s *Store) CheckPolicy(p addrlimit.Policy) error {
-	_, err := checkPolicy(p, 1)
+	_, err := s.prepare(p)
 	return err
 }
 
@@ -353,12 +357,17 @@ func (s *Store) Reset(ctx context.Context, key string, p addrlimit.Policy) error
 }
 
 func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n int) (store.Result, error) {
-	lims, err := checkPolicy(p, n)
+	pp, err := s.prepare(p)
 	if err != nil {
 		return store.Result{}, err
 	}
 	// q is p as the script runs it: intervals in whole µs.
-	q := addrlimit.Policy{Name: p.Name, Limits: lims[:len(p.Limits)]}
+	q := addrlimit.Policy{Name: p.Name, Limits: pp.lims[:len(p.Limits)]}
+	for _, lim := range q.Limits {
+		if n < 1 || n > lim.Burst {
+			return store.Result{}, fmt.Errorf("redisstore: %d tokens for a burst of %d", n, lim.Burst)
+		}
+	}
 	rkey := s.redisKey(key, p)
 	c := &call{key: rkey, limits: len(q.Limits), op: op, n: int64(n)}
 	switch op {
@@ -553,35 +562,75 @@ func (s *Store) masterGone(ctx context.Context, addr string) bool {
 	return err == nil && !found.Load()
 }
 
-// checkPolicy validates p and n and returns p's limits with each refill
-// interval rounded to whole microseconds (at least 1 µs), as the script
-// runs them.
-func checkPolicy(p addrlimit.Policy, n int) ([store.MaxLimits]addrlimit.Limit, error) {
-	var lims [store.MaxLimits]addrlimit.Limit
+// preparedPolicy is a policy validated once: as given (to recognise it),
+// and as the script runs it.
+type preparedPolicy struct {
+	limits []addrlimit.Limit                // a copy of the policy's Limits
+	lims   [store.MaxLimits]addrlimit.Limit // intervals in whole µs (at least 1)
+}
+
+// maxPrepared bounds the policies prepare remembers; past it, each call of
+// a new policy is validated again (a Limiter has a few policies: only a
+// direct caller with many names gets there).
+const maxPrepared = 64
+
+// prepare returns p validated and as the script runs it. A policy is
+// validated once: New's CheckPolicy, or the first call that names it, and
+// later calls that give the same name and limits find it without
+// allocating. (Policy.Validate builds the name of each of several limits,
+// which a call per decision would pay for.)
+func (s *Store) prepare(p addrlimit.Policy) (*preparedPolicy, error) {
+	if m := s.prepared.Load(); m != nil {
+		if pp := (*m)[p.Name]; pp != nil && slices.Equal(pp.limits, p.Limits) {
+			return pp, nil
+		}
+	}
+	pp, err := checkPolicy(p)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		old := s.prepared.Load()
+		if old != nil && len(*old) >= maxPrepared {
+			return pp, nil
+		}
+		m := make(map[string]*preparedPolicy, 1)
+		if old != nil {
+			maps.Copy(m, *old)
+		}
+		m[p.Name] = pp
+		if s.prepared.CompareAndSwap(old, &m) {
+			return pp, nil
+		}
+	}
+}
+
+// checkPolicy validates p and returns it prepared: its limits with each
+// refill interval rounded to whole microseconds (at least 1 µs), as the
+// script runs them.
+func checkPolicy(p addrlimit.Policy) (*preparedPolicy, error) {
+	pp := &preparedPolicy{limits: slices.Clone(p.Limits)}
 	// The Limiter's one rule for a policy. The empty name, which a Limiter
 	// never passes, is a namespace of its own for direct callers.
 	if p.Name != "" {
 		if err := p.Validate(); err != nil {
-			return lims, fmt.Errorf("redisstore: %w", err)
+			return nil, fmt.Errorf("redisstore: %w", err)
 		}
 	}
 	if len(p.Limits) < 1 || len(p.Limits) > store.MaxLimits {
-		return lims, fmt.Errorf("redisstore: policy %q: has %d limits, not 1 to %d", p.Name, len(p.Limits), store.MaxLimits)
+		return nil, fmt.Errorf("redisstore: policy %q: has %d limits, not 1 to %d", p.Name, len(p.Limits), store.MaxLimits)
 	}
 	for i, lim := range p.Limits {
 		if lim.Burst < 1 || lim.Interval <= 0 {
-			return lims, fmt.Errorf("redisstore: invalid policy: burst %d, interval %v", lim.Burst, lim.Interval)
+			return nil, fmt.Errorf("redisstore: invalid policy: burst %d, interval %v", lim.Burst, lim.Interval)
 		}
 		lim.Interval = max(lim.Interval.Round(time.Microsecond), time.Microsecond)
 		if int64(lim.Burst) > maxTau/int64(lim.Interval/time.Microsecond) {
-			return lims, fmt.Errorf("redisstore: policy %q: burst %d × interval %v must be at most 2^50 µs (about 35.7 years), the longest bucket the script computes exactly", p.Name, lim.Burst, p.Limits[i].Interval)
+			return nil, fmt.Errorf("redisstore: policy %q: burst %d × interval %v must be at most 2^50 µs (about 35.7 years), the longest bucket the script computes exactly", p.Name, lim.Burst, p.Limits[i].Interval)
 		}
-		if n < 1 || n > lim.Burst {
-			return lims, fmt.Errorf("redisstore: %d tokens for a burst of %d", n, lim.Burst)
-		}
-		lims[i] = lim
+		pp.lims[i] = lim
 	}
-	return lims, nil
+	return pp, nil
 }
 
 // clientOptions reports whether a go-redis client applies context
