@@ -161,7 +161,7 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 	if err != nil {
 		l.keyErrors.Add(1)
 	}
-	a := l.store.take(ctx, ps, k, n)
+	a := l.store.take(ctx, ps.lane, k, n)
 	d.record(ps, &a)
 	d.Cost, d.Err = n, err
 	if a.err != nil {
@@ -189,7 +189,7 @@ func (l *Limiter) refuseCost(ps *policyState, n int, err error, d *Decision) {
 // refundCharge gives back the tokens of an allowed decision d to the bucket
 // that paid them.
 func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, k bucketKey, d *Decision) {
-	_, ok, err := l.store.refund(ctx, ps, k, d.Cost, d.Degraded)
+	_, ok, err := l.store.refund(ctx, ps.lane, k, d.Cost, d.Degraded)
 	if err != nil {
 		l.storeErrors.Add(1)
 	}

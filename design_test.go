@@ -124,3 +124,36 @@ func TestCancellationIsDroppedOnce(t *testing.T) {
 		t.Errorf("context.WithoutCancel is applied at %d places, want 1: %v", len(at), at)
 	}
 }
+
+// TestPolicyHalvesAreSeparate checks that the Limiter's half of a policy
+// (policyState: the header writer) and the store's half (lane: the table,
+// the debts, the counters of remote decisions) are separate types, each
+// declared beside the code that uses it.
+func TestPolicyHalvesAreSeparate(t *testing.T) {
+	fset := token.NewFileSet()
+	files := parseProductionFiles(t, fset, ".", 0)
+	storeFields := map[string]bool{"table": true, "debts": true, "allowed": true, "limited": true, "limitedBy": true, "lims": true}
+	for _, name := range sortedNames(files) {
+		ast.Inspect(files[name], func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSpec)
+			if !ok {
+				return true
+			}
+			st, ok := ts.Type.(*ast.StructType)
+			if !ok {
+				return true
+			}
+			for _, f := range st.Fields.List {
+				for _, id := range f.Names {
+					switch {
+					case ts.Name.Name == "policyState" && storeFields[id.Name]:
+						t.Errorf("%s: the Limiter's policyState holds the store's %s", fset.Position(id.Pos()), id.Name)
+					case ts.Name.Name == "lane" && id.Name == "headers":
+						t.Errorf("%s: the store's lane holds the Limiter's header writer", fset.Position(id.Pos()))
+					}
+				}
+			}
+			return true
+		})
+	}
+}

@@ -37,7 +37,7 @@ func newFailover(remote store.Store, policy FailurePolicy, local *memStore) *fai
 func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 // take is remote's Take, decided whatever the caller does (detach).
-func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int) (a answer) {
+func (f *failover) take(ctx context.Context, ps *lane, k bucketKey, n int) (a answer) {
 	res, err := f.remoteTake(detach(ctx), ps, k.s, n)
 	if err == nil {
 		res = ps.fill(res)
@@ -73,7 +73,7 @@ func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int
 
 // fill fills in res.Resets for a policy of one limit, which a Store may
 // leave zero (see Result).
-func (ps *policyState) fill(res store.Result) store.Result {
+func (ps *lane) fill(res store.Result) store.Result {
 	if len(ps.Limits) == 1 {
 		res.Resets[0] = res.ResetAfter
 	}
@@ -83,7 +83,7 @@ func (ps *policyState) fill(res store.Result) store.Result {
 // count counts a decision a that no local table took: remote's, or that of
 // FailOpen or FailClosed. (A table counts its own; refuseCost counts its
 // refusals.) A denial by a limit is counted for that limit too.
-func (ps *policyState) count(a *answer) {
+func (ps *lane) count(a *answer) {
 	switch {
 	case a.Allowed:
 		ps.allowed.Add(1)
@@ -98,7 +98,7 @@ func (ps *policyState) count(a *answer) {
 // remoteTake is remote's Take of n tokens for key, paying key's debt with
 // it when remote is a DebtStore. A failed call leaves the debt in its place
 // in the record, for a later Take.
-func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, n int) (store.Result, error) {
+func (f *failover) remoteTake(ctx context.Context, ps *lane, key string, n int) (store.Result, error) {
 	if f.debts == nil {
 		return f.remote.Take(ctx, key, ps.Policy, n)
 	}
@@ -113,7 +113,7 @@ func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, 
 
 // peek is remote's Peek. Only Limiter.Peek asks, and it reports remote's
 // error rather than a local guess.
-func (f *failover) peek(ctx context.Context, ps *policyState, k bucketKey) answer {
+func (f *failover) peek(ctx context.Context, ps *lane, k bucketKey) answer {
 	res, err := f.remote.Peek(ctx, k.s, ps.Policy)
 	res = ps.fill(res)
 	return answer{Result: res, tight: ps.tightestOf(&res, 1), err: err}
@@ -122,7 +122,7 @@ func (f *failover) peek(ctx context.Context, ps *policyState, k bucketKey) answe
 // refund gives n tokens back to the bucket that paid them: remote's, or the
 // local one that decided under FailLocal. FailOpen and FailClosed charged
 // nothing when they decided, so nothing is refunded.
-func (f *failover) refund(ctx context.Context, ps *policyState, k bucketKey, n int, degraded bool) (store.Result, bool, error) {
+func (f *failover) refund(ctx context.Context, ps *lane, k bucketKey, n int, degraded bool) (store.Result, bool, error) {
 	switch {
 	case degraded && f.policy == FailLocal:
 		ps.debts.cancel(k.s, n)
@@ -148,7 +148,7 @@ func (f *failover) refund(ctx context.Context, ps *policyState, k bucketKey, n i
 
 // reset resets the local bucket and forgets the key's debt whatever remote
 // says, then resets remote's bucket.
-func (f *failover) reset(ctx context.Context, ps *policyState, k bucketKey) error {
+func (f *failover) reset(ctx context.Context, ps *lane, k bucketKey) error {
 	ps.table.Reset(k.hash, f.local.now())
 	ps.debts.cancel(k.s, -1)
 	return f.remote.Reset(ctx, k.s, ps.Policy)

@@ -34,9 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/addrlimit/addrlimit/internal/bucket"
 	"github.com/addrlimit/addrlimit/internal/headers"
-	"github.com/addrlimit/addrlimit/internal/limits"
 	"github.com/addrlimit/addrlimit/store"
 )
 
@@ -65,26 +63,14 @@ type Limiter struct {
 	identities                                                               *identityCounters // per identity of token
 }
 
-// policyState is one policy with its buckets, its header fields and the
-// counters of the decisions its table does not count itself.
+// policyState is a policy as the Limiter uses it: the store's half, its
+// lane (the named policy, its limits' arithmetic, the tables, debts and
+// counters, which the seam owns), and the Limiter's own, the header writer
+// of its quota fields.
 type policyState struct {
-	Policy                 // with every limit named
-	lims    []limits.Limit // Policy.Limits, for their arithmetic
-	maxCost int            // the smallest Burst: the largest cost every limit can pay
-	longest time.Duration  // the longest full refill (Burst × Interval) of its limits
-	table   *bucket.Table  // the buckets, or the local fallback of a remote store
-	debts   debtRecord     // what the local fallback charged, owed to a DebtStore
+	*lane
 	headers *headers.Writer
-	allowed atomic.Uint64 // decisions of a remote store or of FailOpen/FailClosed
-	limited atomic.Uint64
-	// limitedBy counts the remote store's denials by the limit that denied
-	// (the tightest: see Result).
-	limitedBy [maxLimits]atomic.Uint64
 }
-
-// tau is the policy's longest full refill time in ns: after it, every
-// bucket of a key that was not charged is full.
-func (ps *policyState) tau() int64 { return int64(ps.longest) }
 
 // DefaultMaxKeys is WithMaxKeys's default, far beyond normal load (README
 // "Memory").
@@ -144,8 +130,7 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 				return nil, fmt.Errorf("addrlimit: policy %q: the store refuses it: %w", p.Name, err)
 			}
 		}
-		ps := mem.lane(p)
-		ps.headers = headers.NewMulti(uint8(c.headers), p.Name, headerLimits(p))
+		ps := &policyState{lane: mem.lane(p), headers: headers.NewMulti(uint8(c.headers), p.Name, headerLimits(p))}
 		l.policies = append(l.policies, ps)
 		l.byName[p.Name] = ps
 	}
@@ -278,7 +263,7 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 	if err != nil {
 		return Decision{}, err
 	}
-	a := l.store.peek(ctx, ps, l.keys.of(key))
+	a := l.store.peek(ctx, ps.lane, l.keys.of(key))
 	if a.err != nil {
 		return Decision{}, a.err
 	}
@@ -297,7 +282,7 @@ func (l *Limiter) Reset(ctx context.Context, policy, key string) error {
 	if err != nil {
 		return err
 	}
-	return l.store.reset(ctx, ps, l.keys.of(key))
+	return l.store.reset(ctx, ps.lane, l.keys.of(key))
 }
 
 // lookupPolicy returns the named policy, or the default one and

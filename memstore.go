@@ -9,6 +9,7 @@ import (
 	"github.com/addrlimit/addrlimit/internal/bucket"
 	"github.com/addrlimit/addrlimit/internal/limits"
 	"github.com/addrlimit/addrlimit/store"
+	"sync/atomic"
 )
 
 // seam is the one way a Limiter reaches its buckets: by the key's hash
@@ -19,15 +20,15 @@ import (
 // reaches failover through a Limiter built WithStore, as production does.
 type seam interface {
 	// take charges n tokens to k's buckets under ps.
-	take(ctx context.Context, ps *policyState, k bucketKey, n int) answer
+	take(ctx context.Context, ps *lane, k bucketKey, n int) answer
 	// peek reports k's bucket without changing it.
-	peek(ctx context.Context, ps *policyState, k bucketKey) answer
+	peek(ctx context.Context, ps *lane, k bucketKey) answer
 	// refund gives n tokens back to the bucket that paid them for a
 	// decision (degraded: one the failure policy took), reports whether any
 	// bucket got them, and returns that bucket's state.
-	refund(ctx context.Context, ps *policyState, k bucketKey, n int, degraded bool) (store.Result, bool, error)
+	refund(ctx context.Context, ps *lane, k bucketKey, n int, degraded bool) (store.Result, bool, error)
 	// reset makes k's bucket full.
-	reset(ctx context.Context, ps *policyState, k bucketKey) error
+	reset(ctx context.Context, ps *lane, k bucketKey) error
 	// keys is how this seam's keys are made, for the Limiter to make them.
 	keys() keyer
 }
@@ -69,6 +70,29 @@ type answer struct {
 	unknown bool  // the quota is unknown (FailOpen, FailClosed): Decision.QuotaUnknown
 }
 
+// lane is the store's half of a policy: the policy with every limit named,
+// its limits for their arithmetic, its table (the buckets, or a remote
+// store's local mirror and fallback), the debts owed to a DebtStore and the
+// counters of the decisions its table does not count itself. The seam
+// owns it: memStore builds one per policy (lane), and failover uses it.
+type lane struct {
+	Policy
+	lims    []limits.Limit
+	maxCost int           // the smallest Burst: the largest cost every limit can pay
+	longest time.Duration // the longest full refill (Burst × Interval) of its limits
+	table   *bucket.Table
+	debts   debtRecord    // what the local fallback charged, owed to a DebtStore
+	allowed atomic.Uint64 // decisions of a remote store or of FailOpen/FailClosed
+	limited atomic.Uint64
+	// limitedBy counts the remote store's denials by the limit that denied
+	// (the tightest: see store.Result).
+	limitedBy [maxLimits]atomic.Uint64
+}
+
+// tau is the policy's longest full refill time in ns: after it, every
+// bucket of a key that was not charged is full.
+func (ps *lane) tau() int64 { return int64(ps.longest) }
+
 // memStore is the in-memory store: one bucket.Table per policy. The zero
 // value is not ready; use newMemStore.
 type memStore struct {
@@ -78,11 +102,11 @@ type memStore struct {
 	maxKeys int
 
 	mu    sync.Mutex
-	lanes map[string]*policyState // by policyID: the Limiter's policies, and those its Store methods meet
+	lanes map[string]*lane // by policyID: the Limiter's policies, and those its Store methods meet
 }
 
 func newMemStore(maxKeys int) *memStore {
-	return &memStore{seed: maphash.MakeSeed(), epoch: time.Now(), maxKeys: maxKeys, lanes: map[string]*policyState{}}
+	return &memStore{seed: maphash.MakeSeed(), epoch: time.Now(), maxKeys: maxKeys, lanes: map[string]*lane{}}
 }
 
 // now is the store's clock: nanoseconds since it was made, read from
@@ -98,13 +122,13 @@ func (m *memStore) now() int64 {
 
 // lane returns the state of policy p, with an empty table if p is new.
 // Policies reach it validated: by New, or by the Store contract.
-func (m *memStore) lane(p Policy) *policyState {
+func (m *memStore) lane(p Policy) *lane {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	id := policyID(p)
 	ps := m.lanes[id]
 	if ps == nil {
-		ps = &policyState{Policy: named(p), maxCost: p.Limits[0].Burst}
+		ps = &lane{Policy: named(p), maxCost: p.Limits[0].Burst}
 		var bps []bucket.Policy
 		for _, lim := range p.Limits {
 			bp, err := bucket.NewPolicy(lim.Burst, lim.Interval)
@@ -127,7 +151,7 @@ func (m *memStore) keys() keyer { return keyer{seed: m.seed} }
 
 // taken is the answer of ps's table to a Take of n tokens: allowed, and
 // the buckets' states f after it.
-func (ps *policyState) taken(allowed bool, n int, f *bucket.Fulls) (a answer) {
+func (ps *lane) taken(allowed bool, n int, f *bucket.Fulls) (a answer) {
 	need := 1
 	if !allowed {
 		need = n
@@ -140,39 +164,39 @@ func (ps *policyState) taken(allowed bool, n int, f *bucket.Fulls) (a answer) {
 // summarize sets the Remaining, RetryAfter and ResetAfter of res from its
 // Resets, after a call that needed need tokens (store.Policy.Result's
 // rule), and returns the index of the tightest limit.
-func (ps *policyState) summarize(res *store.Result, need int) (tight int) {
+func (ps *lane) summarize(res *store.Result, need int) (tight int) {
 	tight, res.Remaining, res.RetryAfter, res.ResetAfter = limits.Summarize(ps.lims, need, &res.Resets)
 	return tight
 }
 
 // tightestOf is the index of the tightest limit of res, a Result of a
 // call that needed need tokens (see store.Result).
-func (ps *policyState) tightestOf(res *store.Result, need int) int {
+func (ps *lane) tightestOf(res *store.Result, need int) int {
 	return limits.Tightest(ps.lims, need, &res.Resets)
 }
 
 // peeked is the answer of ps's table to a Peek or a Refund: buckets in the
 // states f, allowed if each holds a whole token.
-func (ps *policyState) peeked(f bucket.Fulls) answer {
+func (ps *lane) peeked(f bucket.Fulls) answer {
 	a := ps.taken(true, 1, &f)
 	a.Allowed = a.Remaining > 0
 	return a
 }
 
-func (m *memStore) take(_ context.Context, ps *policyState, k bucketKey, n int) answer {
+func (m *memStore) take(_ context.Context, ps *lane, k bucketKey, n int) answer {
 	allowed, _, f := ps.table.Take(k.hash, m.now(), int64(n))
 	return ps.taken(allowed, n, &f)
 }
 
-func (m *memStore) peek(_ context.Context, ps *policyState, k bucketKey) answer {
+func (m *memStore) peek(_ context.Context, ps *lane, k bucketKey) answer {
 	return ps.peeked(ps.table.Peek(k.hash, m.now()))
 }
 
-func (m *memStore) refund(_ context.Context, ps *policyState, k bucketKey, n int, _ bool) (store.Result, bool, error) {
+func (m *memStore) refund(_ context.Context, ps *lane, k bucketKey, n int, _ bool) (store.Result, bool, error) {
 	return ps.peeked(ps.table.Refund(k.hash, m.now(), int64(n))).Result, true, nil
 }
 
-func (m *memStore) reset(_ context.Context, ps *policyState, k bucketKey) error {
+func (m *memStore) reset(_ context.Context, ps *lane, k bucketKey) error {
 	ps.table.Reset(k.hash, m.now())
 	return nil
 }
