@@ -91,7 +91,9 @@ func Tightest(ls []Limit, need int, resets *[Max]time.Duration) (tight int) {
 // that needed need tokens (Tightest), and what it reports: its whole
 // tokens, its wait for need of them, and its time until full.
 func Summarize(ls []Limit, need int, resets *[Max]time.Duration) (tight, remaining int, wait, full time.Duration) {
-	tight = Tightest(ls, need, resets)
+	if len(ls) > 1 { // one limit, the common case, makes no call
+		tight = Tightest(ls, need, resets)
+	}
 	full = max(resets[tight], 0)
 	remaining, wait = ls[tight].Read(full, need)
 	return tight, remaining, wait, full
