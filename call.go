@@ -5,40 +5,27 @@ import (
 	"net/netip"
 )
 
-// Call describes a call to Decide, whatever carries it. Handler and Allow
-// describe an HTTP request by the Limiter's HTTP rules (PolicySelector,
-// KeyFunc, WithCost); grpclimit describes a gRPC call by its own. Only an
-// exemption skips the limit: what is missing or wrong is charged to a
-// fallback and reported in Decision.Err.
+// Call describes a call to Decide, whatever transport carries it (grpclimit
+// builds one per gRPC call).
 type Call struct {
-	// Addr is the client's address, keyed by AddrKey. With neither Addr nor
-	// Key the call is charged to UnkeyedKey (ErrNoClientAddress).
+	// Addr is the client's address; Key, if set, the bucket's key
+	// instead. With neither: UnkeyedKey (ErrNoClientAddress).
 	Addr netip.Addr
-	// Key, if set, is the bucket's key instead, named as for AllowKey.
-	Key string
-	// Authorization holds the call's Authorization values as presented, in
-	// order (never kept or observed): one "Bearer <secret>" of
-	// WithInternalToken exempts the call, as Exempt does (the adapter's
-	// WithExempt).
+	Key  string
+	// Authorization values as presented (never kept or observed): an
+	// accepted "Bearer" secret exempts the call, as Exempt does.
 	Authorization []string
 	Exempt        bool
-	// Policy ("" for the default one) and Cost (0 means 1) fall back as
-	// AllowKey's do.
-	Policy string
-	Cost   int
-	// Route names what was called, for observers (Decision.Route).
-	Route string
-	// Err is a warning met while describing the call (such as
-	// TrustedProxies.ClientAddrFrom's), reported in Decision.Err.
-	Err error
+	Policy        string // "" for the default
+	Cost          int    // 0 means 1
+	Route         string // for observers
+	Err           error  // a warning met describing the call
 }
 
-// Decide decides c on the path of Handler (the internal token on
-// c.Authorization, the policy, the key, the store and its failure policy,
-// WithDryRun, the counters; not WithExempt, an HTTP rule) and tells the
-// observers, with ctx, whose cancellation does not reach the Store. It
-// writes nothing: refuse a Denied decision yourself, and send QuotaFields
-// where your protocol carries them. A counted decision's Key is always set.
+// Decide decides c on Handler's path (all but WithExempt, an HTTP rule) and
+// tells the observers, with ctx, whose cancellation never reaches the Store. It
+// writes nothing: refuse a Denied decision yourself and send QuotaFields where
+// your protocol carries them.
 func (l *Limiter) Decide(ctx context.Context, c Call) Decision {
 	l.mustBeBuilt()
 	if c.Cost == 0 {

@@ -169,9 +169,9 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 	if err != nil {
 		l.keyErrors.Add(1)
 	}
-	a := l.store.take(ctx, ps, k, n)
-	if a.ps != nil {
-		ps = a.ps
+	a := l.store.take(ctx, ps.lane, k, n)
+	if a.lane != nil {
+		ps = ps.holding(a.lane)
 	}
 	d.record(ps, &a)
 	d.Cost, d.Err = n, err
@@ -201,7 +201,7 @@ func (l *Limiter) refuseCost(ps *policyState, n int, err error, d *Decision) {
 // refundCharge gives back the tokens of an allowed decision d to the bucket
 // that paid them.
 func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, k bucketKey, d *Decision) {
-	_, ok, err := l.store.refund(ctx, ps, k, d.Cost, d.Degraded)
+	_, ok, err := l.store.refund(ctx, ps.lane, k, d.Cost, d.Degraded)
 	if err != nil {
 		l.storeErrors.Add(1)
 	}
@@ -222,7 +222,7 @@ func (d *Decision) record(ps *policyState, a *answer) {
 	d.RetryAfter = a.RetryAfter
 	if a.unknown {
 		d.QuotaUnknown = true
-		d.Remaining, d.ResetAfter, d.resets, d.tight = 0, 0, [MaxLimits]time.Duration{}, 0
+		d.Remaining, d.ResetAfter, d.resets, d.tight = 0, 0, [maxLimits]time.Duration{}, 0
 		return
 	}
 	d.Remaining, d.ResetAfter, d.resets, d.tight = a.Remaining, a.ResetAfter, a.Resets, uint8(a.tight)

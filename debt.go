@@ -1,37 +1,9 @@
 package addrlimit
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 )
-
-// DebtStore is a Store that can be told what a Limiter spent without it.
-// Under FailLocal, the tokens that an instance's local fallback charges
-// while the store fails are a debt of that key; the Limiter pays it with the
-// key's next Take that reaches the store, so that the shared bucket learns
-// what every instance spent in the meantime. Without it, a store that fails
-// and answers in turn (a flapping network, a failover) lets each instance
-// spend on its own what the store never hears of (docs/redis.md gives
-// the figures).
-//
-// The redisstore module implements it. storetest checks it for stores that
-// implement it.
-type DebtStore interface {
-	Store
-	// TakeWithDebt charges debt tokens to each of key's buckets under p
-	// whether or not it holds them, then does what Take(ctx, key, p, n)
-	// does, in one atomic step; debt 0 is Take. A debt may leave a bucket
-	// below empty, by at most its Burst: its entry of Result.Resets is then
-	// up to twice its Burst × Interval and Remaining is 0. A bucket full
-	// since the debt was incurred still pays it: the Limiter forgets debts
-	// older than the policy's longest full refill (Burst × Interval)
-	// instead. The Limiter passes 0 <= debt <= 2 × the smallest Burst of p. After an error the Limiter keeps the debt
-	// for a later Take: a store that charged it and then failed (a timeout
-	// after Redis ran the call) has then been charged twice, which limits
-	// more, never less.
-	TakeWithDebt(ctx context.Context, key string, p Policy, n, debt int) (Result, error)
-}
 
 // Bounds of a policy's debt record: at most maxDebtKeys keys, each of at
 // most maxDebtKeyLen bytes, so at most about 6.5 MB per policy (2.6 MB with

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 // debtStore is the in-memory store behind a switch: down, every call fails.
 // It records the debts it was told of, and runs whileDown (if set) inside
 // each call that fails, as a request of another goroutine would.
 type debtStore struct {
-	addrlimit.Store
+	store.Store
 	mu        sync.Mutex
 	down      bool
 	debts     []int
@@ -50,16 +51,16 @@ func (s *debtStore) fail() error {
 	return errDebtStoreDown
 }
 
-func (s *debtStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+func (s *debtStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (store.Result, error) {
 	if err := s.fail(); err != nil {
-		return addrlimit.Result{}, err
+		return store.Result{}, err
 	}
 	return s.Store.Take(ctx, key, p, n)
 }
 
-func (s *debtStore) TakeWithDebt(ctx context.Context, key string, p addrlimit.Policy, n, debt int) (addrlimit.Result, error) {
+func (s *debtStore) TakeWithDebt(ctx context.Context, key string, p addrlimit.Policy, n, debt int) (store.Result, error) {
 	if err := s.fail(); err != nil {
-		return addrlimit.Result{}, err
+		return store.Result{}, err
 	}
 	s.mu.Lock()
 	s.debts = append(s.debts, debt)

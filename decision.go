@@ -7,15 +7,13 @@ import (
 	"time"
 )
 
-// Outcome says what a Limiter did with a request. The zero value is not an
-// outcome.
+// Outcome says what a Limiter did with a call. The zero value is none.
 type Outcome uint8
 
 const (
 	// Allowed: the request was charged and may proceed.
 	Allowed Outcome = iota + 1
-	// Limited: the bucket could not pay for the request, which is denied (or,
-	// in dry-run mode, would have been). Nothing was charged.
+	// Limited: denied (or, in a dry run, would have been); nothing charged.
 	Limited
 	// Exempt: the exemption matched; nothing was counted or charged.
 	Exempt
@@ -34,74 +32,44 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
 
-// Decision describes what a Limiter decided for one request. For an Exempt
-// decision every other field but Route and Identity is zero.
+// Decision describes what a Limiter decided for one call. An Exempt one has
+// only Route and Identity set.
 type Decision struct {
 	Outcome Outcome
-	// Route is Call.Route: an HTTP request's URL path, a gRPC call's full
-	// method. Clients choose it: it is no bounded metric label.
-	Route string
-	// Policy names the policy that decided.
-	Policy string
-	// Key is the bucket the request was charged to (UnkeyedKey when it had
-	// none). Treat it as personal data: it is usually a client address.
-	// Handler fills it in only for an observer, a WithDeniedHandler
-	// handler or WithDecisionInContext; the other methods always do.
-	Key string
-	// Cost is the number of tokens the request cost.
+	Route   string // Call.Route: client-chosen, no bounded metric label
+	Policy  string
+	// Key is the bucket charged: personal data (an address). Handler sets
+	// it only for observers, WithDeniedHandler and WithDecisionInContext.
+	Key  string
 	Cost int
-	// Remaining is the whole tokens left after this request in the tightest
-	// limit of the policy, the one Limit returns: for a Limited decision,
-	// the limit that denied it (of several, the one with the longest wait),
-	// otherwise the one with the fewest tokens left. A policy of one limit
-	// has only that one. Limits reports every limit.
-	Remaining int
-	// RetryAfter is, for a Limited request, when to retry: when every limit
-	// holds the cost (zero for a cost over the burst, ErrCostOverBurst,
-	// which no wait makes possible; one second when FailClosed decided).
-	// For an allowed one, the time until every limit holds a whole token
-	// again, which is zero while Remaining > 0.
+	// Remaining and ResetAfter describe the tightest limit (Limit).
+	// RetryAfter is the wait until every limit holds the cost (Limited:
+	// zero for ErrCostOverBurst, 1s under FailClosed) or a token.
+	Remaining  int
 	RetryAfter time.Duration
-	// ResetAfter is the time until the tightest limit's bucket is full
-	// again.
 	ResetAfter time.Duration
-	// QuotaUnknown is set when no bucket answered, so Remaining, ResetAfter
-	// and Limit say nothing: the Store failed and FailOpen or FailClosed
-	// decided (Degraded is set too), or the cost was over the smallest burst
-	// (ErrCostOverBurst), which the policy refuses without asking the
-	// Store. Handler then sends no quota fields.
+	// QuotaUnknown: no bucket answered (FailOpen, FailClosed or
+	// ErrCostOverBurst): no quota field is sent.
 	QuotaUnknown bool
-	// DryRun is set on a Limited decision that was let through by WithDryRun.
-	DryRun bool
-	// Degraded is set when the Store failed and the failure policy decided.
-	Degraded bool
-	// RetiredToken is set when the request carried a secret that the
-	// internal token has retired (see InternalToken.WithRetired): one of your
-	// own services still uses an old secret. Nobody else can produce it.
+	DryRun       bool // Limited, but served (WithDryRun)
+	Degraded     bool // the Store failed; the failure policy decided
+	// RetiredToken: the call carried a retired secret (WithRetired);
+	// Identity names the identity whose secret it carried, if any.
 	RetiredToken bool
-	// Identity names the identity (NewIdentities) whose secret the request
-	// carried: on an Exempt decision, and with RetiredToken. It is empty for
-	// the anonymous secrets of NewInternalToken and WithRetired, and for
-	// every other request. Its values are the configured names only.
-	Identity string
-	// Credentialed: the request carried Authorization values but was not
-	// exempt (anyone can send them).
-	Credentialed bool
-	// Err says why the key, the cost, the policy or the store was not what it
-	// should be (see ErrNoClientAddress and its siblings), for observers and
-	// logs; it is never sent to the client. A non-nil Err never means the
-	// limit was skipped.
+	Identity     string
+	Credentialed bool // Authorization values, not exempt: anyone can
+	// Err says why the key, cost, policy or store was not clean, for
+	// observers only; it never means the limit was skipped.
 	Err error
 
 	ps     *policyState             // the policy that decided; nil if none did
-	resets [MaxLimits]time.Duration // each limit's time until full (Result.Resets)
+	resets [maxLimits]time.Duration // each limit's time until full (Result.Resets)
 	tight  uint8                    // the index of the tightest limit
 }
 
-// Limit returns the limit that Remaining and ResetAfter describe, with its
-// name and burst (which the X-RateLimit-Limit field advertises): the
-// tightest (see Remaining). It is the zero Limit when the quota is unknown
-// (QuotaUnknown) or the Decision was not made by a Limiter.
+// Limit returns the tightest limit: the one that denied (of several, the
+// longest wait), else the one with the fewest tokens; zero when the quota is
+// unknown or a Limiter did not make d.
 func (d Decision) Limit() Limit {
 	if d.ps == nil || d.QuotaUnknown {
 		return Limit{}
@@ -109,22 +77,16 @@ func (d Decision) Limit() Limit {
 	return d.ps.Limits[d.tight]
 }
 
-// LimitState is one limit of a policy as a decision left it.
+// LimitState is one limit as a decision left it.
 type LimitState struct {
 	Limit
-	// Remaining is the whole tokens the limit holds.
-	Remaining int
-	// RetryAfter is, for a Limited decision, the time until the limit holds
-	// the decision's cost: above zero for the limits that denied it. For an
-	// allowed one, the time until the limit holds a whole token.
-	RetryAfter time.Duration
-	// ResetAfter is the time until the limit's bucket is full.
-	ResetAfter time.Duration
+	Remaining  int           // whole tokens held
+	RetryAfter time.Duration // above zero if it denied
+	ResetAfter time.Duration // until its bucket is full
 }
 
-// Limits returns each limit of the decision's policy, in the policy's
-// order, as the decision left it: nothing when the quota is unknown
-// (QuotaUnknown) or the Decision was not made by a Limiter.
+// Limits returns each limit of d's policy, in order, as d left it; nothing when
+// Limit is zero.
 func (d Decision) Limits() iter.Seq[LimitState] {
 	return func(yield func(LimitState) bool) {
 		if d.ps == nil || d.QuotaUnknown {
@@ -135,7 +97,7 @@ func (d Decision) Limits() iter.Seq[LimitState] {
 			need = d.Cost
 		}
 		for i, lim := range d.ps.Limits {
-			remaining, wait := lim.read(d.resets[i], need)
+			remaining, wait := d.ps.lims[i].Read(d.resets[i], need)
 			if !yield(LimitState{Limit: lim, Remaining: remaining, RetryAfter: wait, ResetAfter: max(d.resets[i], 0)}) {
 				return
 			}
@@ -143,26 +105,22 @@ func (d Decision) Limits() iter.Seq[LimitState] {
 	}
 }
 
-// Denied reports whether the request must be refused: Limited and not a dry run.
+// Denied reports whether the call must be refused: Limited, not a dry run.
 func (d Decision) Denied() bool { return d.Outcome == Limited && !d.DryRun }
 
 type decisionKey struct{}
 
-// DecisionFromContext returns the Decision that a Limiter stored in the
-// context of the request it passes to a WithDeniedHandler handler, and, with
-// WithDecisionInContext, to the next handler of a counted request.
+// DecisionFromContext returns the Decision a Limiter put in a request's context
+// (WithDeniedHandler, WithDecisionInContext).
 func DecisionFromContext(ctx context.Context) (Decision, bool) {
 	d, ok := ctx.Value(decisionKey{}).(Decision)
 	return d, ok
 }
 
-// WithDecisionInContext makes Handler pass the Decision of each counted
-// request (allowed, or limited in a dry run) to the next handler in the
-// request's context, with Key filled in: for handlers that show it (a status
-// endpoint, the quota in a JSON body) through DecisionFromContext. Exempt
-// requests still reach the next handler untouched. It costs each counted
-// request the context value, the request copy and the key string (docs/frameworks.md
-// gives the figures); without it the context is left alone.
+// WithDecisionInContext makes Handler pass each counted request's Decision, Key
+// set, to the next handler in its context (DecisionFromContext), for a status
+// endpoint or a quota in a JSON body. It costs a context value, a request copy
+// and the key string per request (docs/frameworks.md).
 func WithDecisionInContext() Option {
 	return func(c *config) error {
 		c.decisionInContext = true

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 // The incident in miniature: an internal service and a public script share one
@@ -388,16 +389,16 @@ type downStore struct{}
 
 var errDown = errors.New("dial tcp 10.0.0.9:6379: connection refused")
 
-func (downStore) Take(context.Context, string, addrlimit.Policy, int) (addrlimit.Result, error) {
-	return addrlimit.Result{}, errDown
+func (downStore) Take(context.Context, string, addrlimit.Policy, int) (store.Result, error) {
+	return store.Result{}, errDown
 }
 
-func (downStore) Refund(context.Context, string, addrlimit.Policy, int) (addrlimit.Result, error) {
-	return addrlimit.Result{}, errDown
+func (downStore) Refund(context.Context, string, addrlimit.Policy, int) (store.Result, error) {
+	return store.Result{}, errDown
 }
 
-func (downStore) Peek(context.Context, string, addrlimit.Policy) (addrlimit.Result, error) {
-	return addrlimit.Result{}, errDown
+func (downStore) Peek(context.Context, string, addrlimit.Policy) (store.Result, error) {
+	return store.Result{}, errDown
 }
 
 func (downStore) Reset(context.Context, string, addrlimit.Policy) error { return errDown }

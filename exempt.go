@@ -14,29 +14,17 @@ import (
 
 // Secret length bounds for NewInternalToken, in bytes.
 const (
-	MinTokenLen = 16
-	MaxTokenLen = 512
+	minTokenLen = 16
+	maxTokenLen = 512
 )
 
-// InternalToken recognises requests from your own services by the bearer
-// token they already send to internal routes. Give it to a Limiter with
-// WithInternalToken so those requests bypass the per-address limit, and use
-// Require to guard the internal routes with the very same check.
-//
-// Exemption is a bypass: a request that matches is not counted or limited at
-// all. Anyone holding the token has it, so keep the token secret (out of
-// logs, URLs and client-side code) and rotate it by configuring the new
-// secret next to the old one until every caller has switched.
-//
-// An InternalToken keeps only SHA-256 digests of its secrets, and nothing
-// prints them: fmt's verbs and slog print "InternalToken(N secrets)", and
-// printers that walk a value by reflection (fmt through an unexported
-// field, go-spew in testify's diffs, go-cmp) reach only an address. So two
-// tokens are equal under reflect.DeepEqual (testify's Equal) only if one is
-// a copy of the other, not because their secrets are. The zero
-// InternalToken matches nothing. It is safe for concurrent use; Replace
-// changes its secrets, for every Limiter and Require that holds it (and
-// every copy of it), at once.
+// InternalToken recognises your own services by the bearer token they send to
+// internal routes (WithInternalToken exempts them; Require guards the routes).
+// Whoever holds a secret has the bypass: keep it out of logs and URLs, and
+// rotate by adding the new secret beside the old. It keeps only SHA-256 digests
+// and prints none (fmt, slog and reflection reach no secret). The zero value
+// matches nothing. It is safe for concurrent use; Replace changes its secrets
+// for every Limiter and Require that holds it (and every copy of it) at once.
 type InternalToken struct {
 	s *tokenCell
 }
@@ -119,10 +107,9 @@ func (t InternalToken) secrets() (accepted, retired []secretDigest, names []stri
 	return accepted, retired, ts.names
 }
 
-// NewInternalToken returns a token that accepts any of secrets (several during
-// a rotation). Each secret must be 16 to 512 bytes of RFC 6750 b64token
-// characters (A-Z a-z 0-9 - . _ ~ + / followed by optional = padding). Errors
-// say which secret is wrong and why, never what it is.
+// NewInternalToken returns a token accepting any of secrets, each 16 to 512
+// bytes of RFC 6750 b64token characters. Errors say which secret is wrong and
+// why, never what it is.
 func NewInternalToken(secrets ...string) (*InternalToken, error) {
 	if len(secrets) == 0 {
 		return nil, errors.New("addrlimit: NewInternalToken needs at least one secret")
@@ -134,17 +121,9 @@ func NewInternalToken(secrets ...string) (*InternalToken, error) {
 	return newToken(newTokenSecrets(digests, nil, nil)), nil
 }
 
-// WithRetired returns a copy of t that also recognises secrets that are no
-// longer accepted: a request carrying one is not exempt and Require answers
-// it 401, like any wrong token, but the Limiter marks its Decision
-// RetiredToken and counts it in Stats.RetiredTokenLimited when it is
-// limited. Only your own services know a retired secret, so that signal,
-// unlike "some request with credentials was limited", cannot be forged by a
-// client: alert on it. A secret may not be both accepted and retired, nor
-// retired by an identity of NewIdentities. The secrets added here are
-// anonymous (Decision.Identity is empty); give an identity its retired
-// secrets in Identity.Retired. The rules and errors for the secrets are
-// those of NewInternalToken.
+// WithRetired returns a copy of t that also knows secrets no longer accepted: a
+// call carrying one is charged (Require answers 401) and marked RetiredToken, a
+// signal no client can forge.
 func (t *InternalToken) WithRetired(secrets ...string) (*InternalToken, error) {
 	if len(secrets) == 0 {
 		return nil, errors.New("addrlimit: WithRetired needs at least one secret")
@@ -177,10 +156,10 @@ func digestSecrets(what string, secrets []string, id int) ([]secretDigest, error
 		switch {
 		case s == "":
 			return nil, fmt.Errorf("addrlimit: internal token %s %d of %d is empty", what, i+1, len(secrets))
-		case len(s) < MinTokenLen:
-			return nil, fmt.Errorf("addrlimit: internal token %s %d of %d is %d bytes, shorter than the minimum of %d", what, i+1, len(secrets), len(s), MinTokenLen)
-		case len(s) > MaxTokenLen:
-			return nil, fmt.Errorf("addrlimit: internal token %s %d of %d is %d bytes, longer than the maximum of %d", what, i+1, len(secrets), len(s), MaxTokenLen)
+		case len(s) < minTokenLen:
+			return nil, fmt.Errorf("addrlimit: internal token %s %d of %d is %d bytes, shorter than the minimum of %d", what, i+1, len(secrets), len(s), minTokenLen)
+		case len(s) > maxTokenLen:
+			return nil, fmt.Errorf("addrlimit: internal token %s %d of %d is %d bytes, longer than the maximum of %d", what, i+1, len(secrets), len(s), maxTokenLen)
 		case !isB64Token(s):
 			return nil, fmt.Errorf("addrlimit: internal token %s %d of %d has a character outside RFC 6750 b64token (A-Z a-z 0-9 - . _ ~ + / then = padding; check for spaces or a trailing newline)", what, i+1, len(secrets))
 		}
@@ -189,12 +168,8 @@ func digestSecrets(what string, secrets []string, id int) ([]secretDigest, error
 	return digests, nil
 }
 
-// String returns "InternalToken(N secrets)" (retired ones counted apart,
-// then the names of the identities of NewIdentities, as in
-// "InternalToken(3 secrets, 1 retired; identities edge, gate)"), never
-// anything derived from a secret. Its receiver, like those of Format,
-// GoString and LogValue, is a value, so a token held by value prints the same
-// as a pointer to one (fmt prints a nil pointer as "<nil>").
+// String returns "InternalToken(3 secrets, 1 retired; identities edge)",
+// nothing derived from a secret; by value or pointer alike.
 func (t InternalToken) String() string {
 	accepted, retired, names := t.secrets()
 	ids := ""
@@ -207,8 +182,7 @@ func (t InternalToken) String() string {
 	return fmt.Sprintf("InternalToken(%d secrets%s)", len(accepted), ids)
 }
 
-// Format prints String for every verb (%v, %+v, %#v, %s, %x, …), so that no
-// formatting of a token or of a struct holding one reveals digests.
+// Format prints String for every verb.
 func (t InternalToken) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, t.String()) }
 
 // GoString returns String.
@@ -217,12 +191,9 @@ func (t InternalToken) GoString() string { return t.String() }
 // LogValue makes log/slog print String.
 func (t InternalToken) LogValue() slog.Value { return slog.StringValue(t.String()) }
 
-// Match reports whether r carries exactly one Authorization header field of
-// the form "Bearer <token>" (scheme in any case) with a token equal to one of
-// the secrets. It compares SHA-256 digests in constant time against every
-// secret without stopping early, so the response time reveals neither the
-// secrets nor their lengths. A missing, repeated, empty or malformed header,
-// another scheme or a wrong token gives false.
+// Match reports whether r carries exactly one "Authorization: Bearer" field
+// whose token is an accepted secret, compared with every secret in constant
+// time.
 func (t *InternalToken) Match(r *http.Request) bool {
 	class, _, _ := t.classify(r.Header["Authorization"])
 	return class == tokenAccepted
@@ -251,7 +222,7 @@ func (t *InternalToken) classify(authorization []string) (tokenClass, int, *toke
 	if t == nil || t.s == nil { // a nil or zero token accepts nothing
 		return tokenNone, 0, nil
 	}
-	var buf [MaxTokenLen]byte
+	var buf [maxTokenLen]byte
 	d := sha256.Sum256(buf[:copy(buf[:], tok)])
 	ts := t.s.cur.Load()
 	digests, retiredDigests := ts.digests()
@@ -286,12 +257,8 @@ var (
 	comparisons      atomic.Int64
 )
 
-// Require returns a handler that serves next only for requests that Match,
-// and answers all others (retired secrets included) 401 Unauthorized with
-// "WWW-Authenticate: Bearer" and a fixed body. It panics if t or next is
-// nil (a token whose NewInternalToken error was dropped), when the route is
-// built rather than on a request. Match of a nil or zero token reports
-// false.
+// Require serves next only for requests that Match, and answers others 401 with
+// "WWW-Authenticate: Bearer". It panics when t or next is nil.
 func (t *InternalToken) Require(next http.Handler) http.Handler {
 	if next == nil {
 		panic("addrlimit: InternalToken.Require called with a nil handler")
@@ -336,7 +303,7 @@ func bearerToken(vals []string) (string, bool) {
 	for len(tok) > 0 && tok[0] == ' ' {
 		tok = tok[1:]
 	}
-	if len(tok) > MaxTokenLen || !isB64Token(tok) {
+	if len(tok) > maxTokenLen || !isB64Token(tok) {
 		return "", false
 	}
 	return tok, true

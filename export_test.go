@@ -1,14 +1,35 @@
 package addrlimit
 
-// NewTestMemoryStore returns the in-memory store a Limiter uses by default,
-// so that it runs the storetest conformance suite and can back test stores.
-// Each distinct Policy gets its own table.
-func NewTestMemoryStore(maxKeys int) Store { return newMemStore(maxKeys) }
+import (
+	"context"
 
-// NewTestFailover returns remote behind the failure policy p, as New puts a
-// Store given to WithStore, so that storetest runs against it.
-func NewTestFailover(remote Store, p FailurePolicy, maxKeys int) Store {
-	return newFailover(remote, p, newMemStore(maxKeys))
+	"github.com/addrlimit/addrlimit/store"
+)
+
+// NewTestMemoryStore returns the in-memory tables a Limiter uses by default
+// as a store.Store, so that they run the storetest conformance suite and
+// can back test stores. Each distinct Policy gets its own table.
+func NewTestMemoryStore(maxKeys int) store.Store { return testMemStore{newMemStore(maxKeys)} }
+
+// testMemStore is a memStore called as a Store: by the key's string, with
+// the policy's table looked up per call.
+type testMemStore struct{ m *memStore }
+
+func (s testMemStore) Take(ctx context.Context, key string, p Policy, n int) (store.Result, error) {
+	return s.m.take(ctx, s.m.lane(p), s.m.keys().of(key), n).Result, nil
+}
+
+func (s testMemStore) Refund(ctx context.Context, key string, p Policy, n int) (store.Result, error) {
+	res, _, err := s.m.refund(ctx, s.m.lane(p), s.m.keys().of(key), n, false)
+	return res, err
+}
+
+func (s testMemStore) Peek(ctx context.Context, key string, p Policy) (store.Result, error) {
+	return s.m.peek(ctx, s.m.lane(p), s.m.keys().of(key)).Result, nil
+}
+
+func (s testMemStore) Reset(ctx context.Context, key string, p Policy) error {
+	return s.m.reset(ctx, s.m.lane(p), s.m.keys().of(key))
 }
 
 // MaxDebtKeys is how many keys a policy's debt record holds.

@@ -5,14 +5,8 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit/internal/bucket"
-	"github.com/addrlimit/addrlimit/internal/storehook"
+	"github.com/addrlimit/addrlimit/store"
 )
-
-func init() {
-	storehook.BehindFailLocal = func(s any, maxKeys int) any {
-		return newFailover(s.(Store), FailLocal, newMemStore(maxKeys))
-	}
-}
 
 // failover is a Store given to WithStore behind the Limiter's failure
 // policy: every call goes to remote; when remote fails, policy decides. Under
@@ -21,25 +15,30 @@ func init() {
 // the key's debt, paid with its next Take that remote answers (when remote is
 // a DebtStore).
 type failover struct {
-	remote Store
-	debts  DebtStore // remote, if it is one and policy is FailLocal
+	remote store.Store
+	debts  store.DebtStore // remote, if it is one and policy is FailLocal
 	policy FailurePolicy
 	local  *memStore // the mirror and fallback buckets, one table per policy
 }
 
-func newFailover(remote Store, policy FailurePolicy, local *memStore) *failover {
+func newFailover(remote store.Store, policy FailurePolicy, local *memStore) *failover {
 	f := &failover{remote: remote, policy: policy, local: local}
-	if ds, ok := remote.(DebtStore); ok && policy == FailLocal {
+	if ds, ok := remote.(store.DebtStore); ok && policy == FailLocal {
 		f.debts = ds
 	}
 	return f
 }
 
-// take is remote's Take, decided whatever the caller does: a client that
-// hangs up cancels r.Context() and must not get the failure policy for it
-// (remote's own timeout bounds the call).
-func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int) (a answer) {
-	res, err := f.remoteTake(context.WithoutCancel(ctx), ps, k.s, n)
+// detach is the context of a call to remote that decides or refunds a
+// request: ctx without its cancellation, since a client that hangs up
+// cancels r.Context() and must get neither the failure policy nor a lost
+// refund for it (remote's own timeout bounds the call). It is the one place
+// the Limiter drops a cancellation: the memory tables never read ctx.
+func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
+// take is remote's Take, decided whatever the caller does (detach).
+func (f *failover) take(ctx context.Context, ps *lane, k bucketKey, n int) (a answer) {
+	res, err := f.remoteTake(detach(ctx), ps, k.s, n)
 	if err == nil {
 		res = ps.fill(res)
 		if f.policy == FailLocal {
@@ -55,17 +54,17 @@ func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int
 	}
 	switch f.policy {
 	case FailOpen:
-		a = answer{Result: Result{Allowed: true}, err: err, unknown: true}
+		a = answer{Result: store.Result{Allowed: true}, err: err, unknown: true}
 		ps.count(&a)
 		return a
 	case FailClosed:
-		a = answer{Result: Result{RetryAfter: time.Second}, err: err, unknown: true}
+		a = answer{Result: store.Result{RetryAfter: time.Second}, err: err, unknown: true}
 		ps.count(&a)
 		return a
 	}
 	a = f.local.take(ctx, ps, k, n) // counted by the table
 	a.err = err
-	if ps = a.ps; a.Allowed && f.debts != nil {
+	if ps = a.lane; a.Allowed && f.debts != nil {
 		ps.debts.add(k.s, n, f.local.now(), ps.tau(), ps.maxCost)
 	}
 	return a
@@ -73,7 +72,7 @@ func (f *failover) take(ctx context.Context, ps *policyState, k bucketKey, n int
 
 // fill fills in res.Resets for a policy of one limit, which a Store may
 // leave zero (see Result).
-func (ps *policyState) fill(res Result) Result {
+func (ps *lane) fill(res store.Result) store.Result {
 	if len(ps.Limits) == 1 {
 		res.Resets[0] = res.ResetAfter
 	}
@@ -83,7 +82,7 @@ func (ps *policyState) fill(res Result) Result {
 // count counts a decision a that no local table took: remote's, or that of
 // FailOpen or FailClosed. (A table counts its own; refuseCost counts its
 // refusals.) A denial by a limit is counted for that limit too.
-func (ps *policyState) count(a *answer) {
+func (ps *lane) count(a *answer) {
 	switch {
 	case a.Allowed:
 		ps.allowed.Add(1)
@@ -98,7 +97,7 @@ func (ps *policyState) count(a *answer) {
 // remoteTake is remote's Take of n tokens for key, paying key's debt with
 // it when remote is a DebtStore. A failed call leaves the debt in its place
 // in the record, for a later Take.
-func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, n int) (Result, error) {
+func (f *failover) remoteTake(ctx context.Context, ps *lane, key string, n int) (store.Result, error) {
 	if f.debts == nil {
 		return f.remote.Take(ctx, key, ps.Policy, n)
 	}
@@ -113,7 +112,7 @@ func (f *failover) remoteTake(ctx context.Context, ps *policyState, key string, 
 
 // peek is remote's Peek. Only Limiter.Peek asks, and it reports remote's
 // error rather than a local guess.
-func (f *failover) peek(ctx context.Context, ps *policyState, k bucketKey) answer {
+func (f *failover) peek(ctx context.Context, ps *lane, k bucketKey) answer {
 	res, err := f.remote.Peek(ctx, k.s, ps.Policy)
 	res = ps.fill(res)
 	return answer{Result: res, tight: ps.tightestOf(&res, 1), err: err}
@@ -122,17 +121,17 @@ func (f *failover) peek(ctx context.Context, ps *policyState, k bucketKey) answe
 // refund gives n tokens back to the bucket that paid them: remote's, or the
 // local one that decided under FailLocal. FailOpen and FailClosed charged
 // nothing when they decided, so nothing is refunded.
-func (f *failover) refund(ctx context.Context, ps *policyState, k bucketKey, n int, degraded bool) (Result, bool, error) {
+func (f *failover) refund(ctx context.Context, ps *lane, k bucketKey, n int, degraded bool) (store.Result, bool, error) {
 	switch {
 	case degraded && f.policy == FailLocal:
 		ps.debts.cancel(k.s, n)
 		return ps.tablePeek(ps.table.Refund(k.hash, f.local.now(), int64(n))).Result, true, nil
 	case degraded:
-		return Result{}, false, nil
+		return store.Result{}, false, nil
 	}
-	res, err := f.remote.Refund(ctx, k.s, ps.Policy, n)
+	res, err := f.remote.Refund(detach(ctx), k.s, ps.Policy, n)
 	if err != nil {
-		return Result{}, false, err
+		return store.Result{}, false, err
 	}
 	res = ps.fill(res)
 	if f.policy == FailLocal {
@@ -148,32 +147,10 @@ func (f *failover) refund(ctx context.Context, ps *policyState, k bucketKey, n i
 
 // reset resets the local bucket and forgets the key's debt whatever remote
 // says, then resets remote's bucket.
-func (f *failover) reset(ctx context.Context, ps *policyState, k bucketKey) error {
+func (f *failover) reset(ctx context.Context, ps *lane, k bucketKey) error {
 	ps.table.Reset(k.hash, f.local.now())
 	ps.debts.cancel(k.s, -1)
 	return f.remote.Reset(ctx, k.s, ps.Policy)
 }
 
-// The Store methods are the seam's, for storetest: the wrapper is what
-// production runs in front of a remote store.
-
 func (f *failover) keys() keyer { return keyer{seed: f.local.seed, strings: true} }
-
-func (f *failover) Take(ctx context.Context, key string, p Policy, n int) (Result, error) {
-	a := f.take(ctx, f.local.lane(p), f.local.keys().of(key), n)
-	return a.Result, a.err
-}
-
-func (f *failover) Refund(ctx context.Context, key string, p Policy, n int) (Result, error) {
-	res, _, err := f.refund(ctx, f.local.lane(p), f.local.keys().of(key), n, false)
-	return res, err
-}
-
-func (f *failover) Peek(ctx context.Context, key string, p Policy) (Result, error) {
-	a := f.peek(ctx, f.local.lane(p), f.local.keys().of(key))
-	return a.Result, a.err
-}
-
-func (f *failover) Reset(ctx context.Context, key string, p Policy) error {
-	return f.reset(ctx, f.local.lane(p), f.local.keys().of(key))
-}

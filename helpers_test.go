@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 	"github.com/stretchr/testify/require"
 )
 
@@ -86,7 +87,7 @@ func netipAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 // to a memory store.
 type failingStore struct {
 	down  atomic.Bool
-	inner addrlimit.Store
+	inner store.Store
 	calls atomic.Int64
 }
 
@@ -104,23 +105,23 @@ func (s *failingStore) fail() error {
 	return nil
 }
 
-func (s *failingStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+func (s *failingStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (store.Result, error) {
 	if err := s.fail(); err != nil {
-		return addrlimit.Result{}, err
+		return store.Result{}, err
 	}
 	return s.inner.Take(ctx, key, p, n)
 }
 
-func (s *failingStore) Refund(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+func (s *failingStore) Refund(ctx context.Context, key string, p addrlimit.Policy, n int) (store.Result, error) {
 	if err := s.fail(); err != nil {
-		return addrlimit.Result{}, err
+		return store.Result{}, err
 	}
 	return s.inner.Refund(ctx, key, p, n)
 }
 
-func (s *failingStore) Peek(ctx context.Context, key string, p addrlimit.Policy) (addrlimit.Result, error) {
+func (s *failingStore) Peek(ctx context.Context, key string, p addrlimit.Policy) (store.Result, error) {
 	if err := s.fail(); err != nil {
-		return addrlimit.Result{}, err
+		return store.Result{}, err
 	}
 	return s.inner.Peek(ctx, key, p)
 }

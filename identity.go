@@ -9,42 +9,20 @@ import (
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
 
-// MaxIdentities bounds the identities of NewIdentities, and so the
-// identity label of the metrics.
+// MaxIdentities bounds NewIdentities, and so the metrics' identity label.
 const MaxIdentities = 64
 
-// Identity names the secrets that one of your services holds (the edge, the
-// orchestrator, the preview gate, …), so that the Limiter reports its exempt
-// requests, and its requests still carrying a retired secret, under that
-// name: in Decision.Identity, Stats.Identities, the LogObserver's retired
-// secret line and the collectors' identity label.
+// Identity names the secrets one of your services holds, to report its calls
+// under that name.
 type Identity struct {
-	// Name is 1 to 64 bytes of A-Z a-z 0-9 . _ - (the rule of policy
-	// names), unique among the identities.
-	Name string
-	// Secrets are accepted: a request carrying one is exempt. Several
-	// during a rotation.
-	Secrets []string
-	// Retired are secrets this service no longer may use, as for
-	// InternalToken.WithRetired: a request carrying one is charged like any
-	// other, and flagged with this identity.
-	Retired []string
+	Name    string   // by the rule of a policy name, unique
+	Secrets []string // accepted: exempt
+	Retired []string // as for InternalToken.WithRetired
 }
 
-// NewIdentities returns an InternalToken that accepts the secrets of every
-// identity and knows which identity holds which secret. Each identity needs
-// at least one secret, accepted or retired; a secret, under the rules of
-// NewInternalToken, may appear only once among all identities (the same
-// secret in two services would make their figures lie). At most
-// MaxIdentities identities. Errors name the identities and the secrets'
-// positions, never a secret.
-//
-// Match, Require and the Limiter compare a bearer token with every secret
-// of every identity, without stopping early, and pick the identity of the
-// matching one without a branch, so the response time tells neither which
-// identity matched nor how many there are. Printing the token shows the
-// counts of secrets and the identities' names, never a secret or digest.
-// Combine with WithRetired for retired secrets that belong to nobody.
+// NewIdentities returns an InternalToken accepting every identity's secrets (at
+// most MaxIdentities identities; each secret in one only), comparing them all
+// without a branch on which matched.
 func NewIdentities(ids ...Identity) (*InternalToken, error) {
 	switch {
 	case len(ids) == 0:
@@ -91,13 +69,10 @@ func NewIdentities(ids ...Identity) (*InternalToken, error) {
 	return newToken(newTokenSecrets(accepted, retired, names)), nil
 }
 
-// IdentityStats are the counters of one identity of NewIdentities.
+// IdentityStats are the counters of one identity.
 type IdentityStats struct {
-	Name string
-	// Exempt counts the requests exempted by one of the identity's secrets.
-	Exempt uint64
-	// RetiredTokenLimited counts the Limited requests that carried one of
-	// its retired secrets: this service missed a rotation.
+	Name                string
+	Exempt              uint64
 	RetiredTokenLimited uint64
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 func TestAllowKeySharesTheBucketOfTheRequestPath(t *testing.T) {
@@ -74,7 +75,7 @@ func TestPeekAndReset(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
-		store addrlimit.Store
+		store store.Store
 	}{
 		{"memory", nil},
 		{"store", addrlimit.NewTestMemoryStore(100)},

@@ -9,33 +9,19 @@ import (
 	"github.com/addrlimit/addrlimit/internal/clientip"
 )
 
-// KeyFunc returns the key of the bucket a request is charged to.
-//
-// Contract: with a nil error the key is used (an empty key counts as the
-// error ErrEmptyKey). With a non-nil error and an empty key, the request is
-// charged to the shared bucket UnkeyedKey: a KeyFunc failure is never a
-// bypass. With a non-nil error and a non-empty key, the key is used and the
-// error is reported to observers as a warning (Decision.Err); TrustedProxies.Key
-// does this when a proxy header is malformed. Error texts never reach the
-// client.
-//
-// A KeyFunc is called concurrently and must be safe for that. Its keys share
-// one namespace per policy with address keys and UnkeyedKey (see
-// PolicySelector): prefix keys that are not addresses ("user:"+id).
+// KeyFunc returns the key of a request's bucket; it is called concurrently. An
+// empty key is ErrEmptyKey. An error with an empty key charges the request to
+// UnkeyedKey (never a bypass); with a key, the key is used and the error
+// reported as a warning (as TrustedProxies.Key does). Keys share a namespace
+// with addresses (see PolicySelector).
 type KeyFunc func(*http.Request) (string, error)
 
-// UnkeyedKey is the key of the one bucket shared by all requests whose key
-// could not be determined (a RemoteAddr that is not an IP address, such as a
-// Unix socket peer, or a KeyFunc error). AddrKey never returns it.
+// UnkeyedKey is the one bucket shared by requests whose key is unknown (a Unix
+// socket peer, a KeyFunc error). AddrKey never returns it.
 const UnkeyedKey = "addrlimit:unkeyed"
 
-// RemoteAddrKey is the default KeyFunc: the connection's peer address, from
-// r.RemoteAddr, normalised by AddrKey (port ignored). It never reads a header,
-// so a client cannot choose its key; behind a proxy, every client shares the
-// proxy's key, so use TrustedProxies.Key there. Its error is ErrNoClientAddress.
-//
-// A Limiter without WithKeyFunc computes exactly this key without
-// allocating; giving it explicitly changes nothing but speed.
+// RemoteAddrKey is the default KeyFunc: AddrKey of r.RemoteAddr. No client can
+// pick it; behind a proxy, use TrustedProxies.Key.
 func RemoteAddrKey(r *http.Request) (string, error) {
 	a, err := peerAddr(r)
 	if err != nil {
@@ -72,15 +58,10 @@ func parseAddr(s string) (netip.Addr, bool) {
 	return clientip.Normalise(a), true
 }
 
-// AddrKey returns the bucket key of address a: an IPv4 address as itself
-// ("192.0.2.1"), also when written as IPv4-mapped IPv6 ("::ffff:192.0.2.1")
-// or under the NAT64 well-known prefix 64:ff9b::/96 ("64:ff9b::192.0.2.1");
-// any other IPv6 address, network-specific NAT64 prefixes included (docs/decisions.md,
-// "FAQ"), as its /64 ("2001:db8:1:2::/64"); zones are ignored. It returns ""
-// for the zero Addr.
-//
-// Custom KeyFuncs that derive addresses should key them with AddrKey, so that
-// one client cannot appear under several keys.
+// AddrKey returns the bucket key of a: an IPv4 address as itself, also when
+// written IPv4-mapped or under the NAT64 prefix 64:ff9b::/96; any other IPv6
+// address as its /64 ("2001:db8:1:2::/64"); "" for the zero Addr. Zones are
+// ignored. Key derived addresses with it, so that one client has one key.
 func AddrKey(a netip.Addr) string {
 	var buf [maxAddrKeyLen]byte
 	return string(appendAddrKey(buf[:0], a))

@@ -1,8 +1,6 @@
 // Package addrlimit is net/http middleware that limits each client address
-// with a token bucket and lets your own services through by identity, not by
-// address: an edge, an orchestrator or a gate that reaches your API from a
-// few shared egress addresses is exempt by its internal bearer token, and
-// everyone else keeps exactly the limit they had.
+// with a token bucket and lets your own services through by identity (an
+// internal bearer token, a verified client certificate), not by address.
 //
 //	tok, err := addrlimit.NewInternalToken(os.Getenv("INTERNAL_TOKEN")) // one or more secrets (rotation)
 //	if err != nil {
@@ -18,36 +16,13 @@
 //	mux.Handle("/", http.FileServer(http.Dir("public")))  // everything else
 //	log.Fatal(http.ListenAndServe(":8080", lim.Handler(mux)))
 //
-// This is the README's quick start. The constructors' errors name the
-// misconfiguration, never a secret. What the package promises:
-//
-//   - Exemption is a bypass, by identity: a request that carries one of the
-//     token's secrets (compared in constant time, see [InternalToken]) or
-//     that [WithExempt] accepts touches no bucket and is never limited. A
-//     wrong, forged or retired token gets no pass: it is charged like any
-//     other request.
-//   - Each key (by default the peer address from RemoteAddr, IPv6 grouped by
-//     /64; behind proxies see [TrustedProxies.Key]) gets a bucket of burst
-//     tokens (default: limit) refilled at limit per period: 300 per minute
-//     means 300 at once, then one more every 200 ms. The decisions are those
-//     of golang.org/x/time/rate's rate.NewLimiter(rate.Every(per/limit), burst).
-//   - No error skips the limit: a request whose key, policy or cost is not
-//     clean is charged to a fallback ([UnkeyedKey], the default policy, one
-//     token) or refused, and [Decision].Err says why; a [Store] failure is
-//     decided by the [FailurePolicy] you chose.
-//   - Limited requests get 429 with Retry-After; counted responses carry
-//     RateLimit and RateLimit-Policy fields ([HeaderStyle]; none under
-//     HeaderNone, when the store failed under FailOpen or FailClosed, or on
-//     the 413 of a cost over the burst, which no bucket was asked about).
-//     The responses the package writes never echo a token, a key or an
-//     error.
-//   - Memory is bounded per policy ([WithMaxKeys]). Past the bound decisions
-//     may limit more than the bucket would, never less: no key is handed a
-//     fuller bucket than it had.
-//
-// The README and docs/ cover the rest, with measurements: proxies, frameworks, gRPC,
-// many instances (the redisstore module), rolling out with [WithDryRun],
-// metrics (promcollector, otelcollector), memory and benchmarks.
+// This is the README's quick start; the README and docs/ cover the rest. The
+// promises: exemption is by identity only (a wrong, forged or retired token
+// is charged like any other request); one limit decides as x/time/rate's
+// rate.NewLimiter(rate.Every(per/limit), burst); no error skips the limit
+// (what is not clean is charged to a fallback or refused, and reported in
+// Decision.Err, never to the client); memory is bounded (WithMaxKeys) and a
+// key past the bound may be limited more, never less.
 package addrlimit
 
 import (
@@ -60,17 +35,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/addrlimit/addrlimit/internal/bucket"
 	"github.com/addrlimit/addrlimit/internal/headers"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 // Limiter limits requests per key under one or more policies. Build it with
-// New; it is safe for concurrent use and starts no goroutine. Its policies
-// can be replaced while it runs (SetPolicies); the rest of its
-// configuration is fixed by New.
-// A Limiter not built by New (the zero value, or a nil pointer) never lets a
-// request through unlimited: Peek and Reset return the error "addrlimit:
-// Limiter not built with New", every other method panics with it.
+// New; it is safe for concurrent use and starts no goroutine. SetPolicies
+// replaces its policies while it runs; the rest of its configuration is
+// fixed by New. A Limiter not built by New never lets a request through:
+// Peek and Reset return an error, the other methods panic.
 type Limiter struct {
 	pols      atomic.Pointer[policySet] // read once per decision; SetPolicies replaces it
 	keyFunc   KeyFunc                   // nil: the peer address, formatted without allocating
@@ -87,7 +60,7 @@ type Limiter struct {
 	store     seam          // memStore, or failover around the WithStore Store
 	keys      keyer         // the seam's: how keys are hashed, and whether it needs their strings
 	mem       *memStore     // the tables (failover's local ones with a Store)
-	checker   PolicyChecker // WithStore's Store, if it checks policies
+	checker   store.PolicyChecker // WithStore's Store, if it checks policies
 	headers   HeaderStyle
 	reconf    sync.Mutex // serialises SetPolicies
 
@@ -96,29 +69,22 @@ type Limiter struct {
 	identityMu                                                               sync.Mutex                       // serialises recount
 }
 
-// policyState is one policy with its buckets, its header fields and the
-// counters of the decisions its table does not count itself.
+// policyState is a policy as the Limiter uses it: the store's half, its
+// lane (the named policy, its limits' arithmetic, the tables, debts and
+// counters, which the seam owns), and the Limiter's own, the header writer
+// of its quota fields.
 type policyState struct {
-	Policy                // with every limit named
-	maxCost int           // the smallest Burst: the largest cost every limit can pay
-	longest time.Duration // the longest full refill (Burst × Interval) of its limits
-	table   *bucket.Table // the buckets, or the local fallback of a remote store
-	debts   debtRecord    // what the local fallback charged, owed to a DebtStore
+	*lane
 	headers *headers.Writer
-	allowed atomic.Uint64 // decisions of a remote store or of FailOpen/FailClosed
-	limited atomic.Uint64
-	// limitedBy counts the remote store's denials by the limit that denied
-	// (the tightest: see Result).
-	limitedBy [MaxLimits]atomic.Uint64
 	// next is the state that took over this one's buckets when SetPolicies
-	// changed the policy's limits (see bucket.Table.Successor).
+	// changed the policy's limits: its lane is the lane's successor.
 	next atomic.Pointer[policyState]
 }
 
-// holding returns the state, ps or one that took over from it, whose table
-// is t: the table that answered a call made on ps's table.
-func (ps *policyState) holding(t *bucket.Table) *policyState {
-	for ps.table != t {
+// holding returns the state, ps or one that took over from it, whose lane
+// is ln: the lane that answered a call made on ps's lane.
+func (ps *policyState) holding(ln *lane) *policyState {
+	for ps.lane != ln {
 		ps = ps.next.Load()
 	}
 	return ps
@@ -141,20 +107,13 @@ type policySet struct {
 	byName map[string]*policyState
 }
 
-// tau is the policy's longest full refill time in ns: after it, every
-// bucket of a key that was not charged is full.
-func (ps *policyState) tau() int64 { return int64(ps.longest) }
-
-// DefaultMaxKeys is the default capacity of each policy's exact bucket table
-// (WithMaxKeys). Refilled buckets are dropped, so the table holds only the
-// clients seen within one full refill time (60 s for 300/min): this many is
-// far beyond normal load. docs/memory.md gives its cost.
+// DefaultMaxKeys is WithMaxKeys's default, far beyond normal load
+// (docs/memory.md).
 const DefaultMaxKeys = 1 << 20
 
-// New returns a Limiter whose default policy lets each key make limit
-// requests per period per, in bursts of up to limit (see WithBurst). It
-// validates everything once: limit >= 1, per > 0, at most one request per
-// nanosecond, and every option; errors start with "addrlimit: ".
+// New returns a Limiter whose default policy lets each key make limit requests
+// per period per, in bursts of up to limit. It validates every option once;
+// errors start with "addrlimit: ".
 func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	c := config{name: DefaultPolicyName, burst: limit, maxKeys: DefaultMaxKeys}
 	for i, o := range opts {
@@ -200,7 +159,7 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 		ts = c.token.load()
 	}
 	l.identities.Store(newIdentityCounters(ts, nil))
-	l.checker, _ = c.store.(PolicyChecker)
+	l.checker, _ = c.store.(store.PolicyChecker)
 	ps := append([]Policy{def}, c.policies...) // validated: by newPolicy or WithPolicy
 	if err := l.checkPolicies(ps); err != nil {
 		return nil, err
@@ -257,17 +216,17 @@ func (l *Limiter) SetPolicies(policies ...Policy) error {
 			return err
 		}
 	}
-	named := make([]Policy, len(policies))
+	full := make([]Policy, len(policies))
 	for i, p := range policies {
-		named[i] = p.named()
+		full[i] = named(p)
 	}
-	if err := l.checkPolicies(named); err != nil {
+	if err := l.checkPolicies(full); err != nil {
 		return err
 	}
 	l.reconf.Lock()
 	defer l.reconf.Unlock()
 	old := l.pols.Load()
-	set := l.buildPolicies(named, old)
+	set := l.buildPolicies(full, old)
 	l.pols.Store(set)
 	now := l.mem.now()
 	for _, ps := range set.list {
@@ -275,7 +234,7 @@ func (l *Limiter) SetPolicies(policies ...Policy) error {
 	}
 	for _, ps := range old.list {
 		if set.byName[ps.Name] != ps {
-			l.mem.drop(ps)
+			l.mem.drop(ps.lane)
 		}
 	}
 	return nil
@@ -292,7 +251,7 @@ func (l *Limiter) checkPolicies(ps []Policy) error {
 		}
 		seen[p.Name] = true
 		if l.checker != nil {
-			if err := l.checker.CheckPolicy(p.named()); err != nil {
+			if err := l.checker.CheckPolicy(named(p)); err != nil {
 				return fmt.Errorf("addrlimit: policy %q: the store refuses it: %w", p.Name, err)
 			}
 		}
@@ -307,7 +266,7 @@ func (l *Limiter) checkPolicies(ps []Policy) error {
 func (l *Limiter) buildPolicies(ps []Policy, old *policySet) *policySet {
 	set := &policySet{byName: make(map[string]*policyState, len(ps))}
 	for i, p := range ps {
-		p = p.named()
+		p = named(p)
 		var prev *policyState
 		switch {
 		case old == nil:
@@ -318,16 +277,19 @@ func (l *Limiter) buildPolicies(ps []Policy, old *policySet) *policySet {
 		}
 		var st *policyState
 		switch {
-		case prev != nil && prev.id() == p.id():
+		case prev != nil && policyID(prev.Policy) == policyID(p):
 			st = prev
 		case prev != nil:
-			st = l.mem.successor(prev, p, inheritance(prev.Policy, p))
+			st = &policyState{lane: l.mem.successor(prev.lane, p, inheritance(prev.Policy, p))}
+			// Linked before the set is published: no call reaches the
+			// successor's table, so none is forwarded to it, until then.
 			prev.next.Store(st)
+			prev.lane.next.Store(st.lane)
 		default:
-			st = l.mem.lane(p)
+			st = &policyState{lane: l.mem.lane(p)}
 		}
 		if st.headers == nil {
-			st.headers = headers.NewMulti(uint8(l.headers), p.Name, p.headerLimits())
+			st.headers = headers.NewMulti(uint8(l.headers), p.Name, headerLimits(p))
 		}
 		set.list = append(set.list, st)
 		set.byName[p.Name] = st
@@ -386,9 +348,9 @@ func limitInterval(limit int, per time.Duration) (time.Duration, error) {
 	return interval, nil
 }
 
-// Policies returns a copy of the limiter's policies: the default one first,
-// then the named ones in the order of their WithPolicy options (or of the
-// last SetPolicies).
+// Policies returns a copy of the policies: the default one first, then the
+// named ones in the order of their WithPolicy options (or of the last
+// SetPolicies).
 func (l *Limiter) Policies() []Policy {
 	l.mustBeBuilt()
 	set := l.pols.Load()
@@ -399,13 +361,9 @@ func (l *Limiter) Policies() []Policy {
 	return out
 }
 
-// Handler returns middleware that decides each request before next sees it.
-// Exempt requests go straight to next, untouched. Counted requests get the
-// quota header fields; a denied one gets 429 Too Many Requests with
-// Retry-After (whole seconds, at least 1) and Cache-Control: no-store (413
-// for a cost over the burst, see WithCost), or the WithDeniedHandler
-// response. It panics if next is nil. Without a net/http middleware slot
-// (gin), use Allow, Respond and Refund.
+// Handler returns middleware deciding each request before next (nil panics):
+// exempt ones pass untouched, counted ones get the quota fields, denied ones
+// 429 with Retry-After and Cache-Control: no-store (or WithDeniedHandler's).
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	l.mustBeBuilt()
 	if next == nil {
@@ -434,7 +392,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			rw := &statusWriter{ResponseWriter: w}
 			next.ServeHTTP(rw, r)
 			if status, seen := rw.status(); seen && l.refund(status) {
-				l.refundCharge(context.WithoutCancel(r.Context()), ps, k, &d)
+				l.refundCharge(r.Context(), ps, k, &d)
 			}
 			return
 		}
@@ -442,10 +400,10 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// Allow decides r as Handler would and tells the observers, but writes
-// nothing and never refunds: for websockets and frameworks without a
-// net/http middleware slot (gin). Refuse the work when the Decision is
-// Denied; Respond writes Handler's response, Refund gives the tokens back.
+// Allow decides r as Handler would and tells the observers, but writes nothing
+// and never refunds: for websockets and frameworks without a middleware slot
+// (gin). Refuse a Denied decision; Respond writes Handler's response, Refund
+// gives the tokens back.
 func (l *Limiter) Allow(r *http.Request) Decision {
 	l.mustBeBuilt()
 	var d Decision
@@ -467,20 +425,9 @@ func httpCall(r *http.Request) Call {
 	return c
 }
 
-// AllowKey charges n tokens to key under the named policy ("" for the
-// default one) and tells the observers, as Decide does, for job queues and
-// other work without a client: exemption does not apply, and ctx's
-// cancellation does not reach the Store. Bad input never skips the limit:
-// an unknown policy is charged to the default one (ErrUnknownPolicy), an
-// empty key to UnkeyedKey (ErrEmptyKey), n < 1 as 1 (ErrInvalidCost); n
-// above the burst is refused and charges nothing (ErrCostOverBurst).
-//
-// key shares one namespace per policy with the keys of requests (see
-// PolicySelector). When requests are keyed by address (the default key,
-// RemoteAddrKey or TrustedProxies.Key), a key written as an address in any
-// form names that client's bucket, as Reset says: AllowKey(ctx, "",
-// r.RemoteAddr, 1) charges r's bucket. Decision.Key is the bucket's key.
-// Prefix other keys with a name that is not hexadecimal ("user:"+id).
+// AllowKey decides a call of cost n on key under the named policy ("" for the
+// default), as Decide does, for work without a client; key names a bucket as
+// for Reset.
 func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decision {
 	l.mustBeBuilt()
 	if k := l.namedKey(key); k != "" {
@@ -495,24 +442,20 @@ func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decis
 	return d
 }
 
-// Peek returns the state of key's bucket under the named policy ("" for the
-// default one) without charging it: Outcome is Allowed if a request of cost
-// 1 would be allowed now, Limited otherwise, and Key is the bucket's key.
-// Nothing is counted or observed. key names a bucket as for Reset. It fails
-// for an unknown policy (ErrUnknownPolicy), an empty key (ErrEmptyKey), a
-// network of several clients, or when the Store fails (its error; no failure
-// policy applies).
+// Peek returns key's buckets under the named policy, uncharged: Allowed if a
+// call of cost 1 would be. It fails for an unknown policy, an empty key, a
+// network of several clients, or the Store's error.
 func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error) {
 	ps, key, err := l.keyedPolicy(policy, key)
 	if err != nil {
 		return Decision{}, err
 	}
-	a := l.store.peek(ctx, ps, l.keys.of(key))
+	a := l.store.peek(ctx, ps.lane, l.keys.of(key))
 	if a.err != nil {
 		return Decision{}, a.err
 	}
-	if a.ps != nil {
-		ps = a.ps // SetPolicies replaced ps meanwhile
+	if a.lane != nil {
+		ps = ps.holding(a.lane) // SetPolicies replaced ps meanwhile
 	}
 	var d Decision
 	d.record(ps, &a)
@@ -520,26 +463,16 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 	return d, nil
 }
 
-// Reset makes key's bucket under the named policy ("" for the default one)
-// full again, as if the client had never been seen: for support staff who
-// unblock a customer. Resetting a key that has no bucket is not an error.
-//
-// When requests are keyed by address (the default key, RemoteAddrKey or
-// TrustedProxies.Key), key may be the client's address as people type it:
-// in any notation ("2001:db8::1" in the client's /64, "::ffff:192.0.2.1",
-// "64:ff9b::c000:201", a zone), with a port ("[2001:db8::1]:443"), or a
-// network inside one client's key ("2001:db8::1/64"). Under any other
-// KeyFunc (even one wrapping these), key is taken as it is.
-//
-// It fails for an unknown policy, an empty key, a network of several
-// clients, or when the Store fails (the local fallback bucket is reset
-// either way).
+// Reset makes key's buckets under the named policy ("" for the default) full.
+// Under an address KeyFunc (the default, RemoteAddrKey, TrustedProxies.Key),
+// key may be the client's address in any notation, with a port, or a network
+// within its key. It fails as Peek does.
 func (l *Limiter) Reset(ctx context.Context, policy, key string) error {
 	ps, key, err := l.keyedPolicy(policy, key)
 	if err != nil {
 		return err
 	}
-	return l.store.reset(ctx, ps, l.keys.of(key))
+	return l.store.reset(ctx, ps.lane, l.keys.of(key))
 }
 
 // lookupPolicy returns the named policy, or the default one and

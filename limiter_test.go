@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -381,12 +382,12 @@ func TestFailurePolicyAppliesToEveryPolicy(t *testing.T) {
 // scriptedStore answers Take with the given results in order, then fails.
 type scriptedStore struct {
 	failingStore
-	answers []addrlimit.Result
+	answers []store.Result
 }
 
-func (s *scriptedStore) Take(_ context.Context, _ string, _ addrlimit.Policy, _ int) (addrlimit.Result, error) {
+func (s *scriptedStore) Take(_ context.Context, _ string, _ addrlimit.Policy, _ int) (store.Result, error) {
 	if len(s.answers) == 0 {
-		return addrlimit.Result{}, errRefused
+		return store.Result{}, errRefused
 	}
 	res := s.answers[0]
 	s.answers = s.answers[1:]
@@ -397,7 +398,7 @@ func TestFailLocalKeepsTheLatestStateOfOutOfOrderAnswers(t *testing.T) {
 	// Two concurrent requests: the store answered the later one (bucket
 	// empty for 50 minutes) before the earlier one (one token left) reached
 	// this instance. The local copy must not become fuller.
-	st := &scriptedStore{answers: []addrlimit.Result{
+	st := &scriptedStore{answers: []store.Result{
 		{Allowed: true, Remaining: 0, RetryAfter: 10 * time.Minute, ResetAfter: 50 * time.Minute},
 		{Allowed: true, Remaining: 1, ResetAfter: 40 * time.Minute},
 	}}

@@ -7,26 +7,28 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit/internal/bucket"
+	"github.com/addrlimit/addrlimit/internal/limits"
+	"github.com/addrlimit/addrlimit/store"
+	"sync/atomic"
 )
 
-// seam is the one way a Limiter reaches its buckets: a Store as the Limiter
-// calls it, by the key's hash (which is all the in-memory table needs, so the
-// default path allocates nothing) and with the policy's state at hand. New
-// picks one of its two implementations once: memStore, the default, or
-// failover, a Store given to WithStore behind its failure policy. Both are
-// also Stores, so that storetest runs against exactly what production runs.
+// seam is the one way a Limiter reaches its buckets: by the key's hash
+// (which is all the in-memory table needs, so the default path allocates
+// nothing) and with the policy's state at hand. New picks one of its two
+// implementations once: memStore, the default, or failover, a Store given
+// to WithStore behind its failure policy. It is not a store.Store: storetest
+// reaches failover through a Limiter built WithStore, as production does.
 type seam interface {
-	Store
 	// take charges n tokens to k's buckets under ps.
-	take(ctx context.Context, ps *policyState, k bucketKey, n int) answer
+	take(ctx context.Context, ps *lane, k bucketKey, n int) answer
 	// peek reports k's bucket without changing it.
-	peek(ctx context.Context, ps *policyState, k bucketKey) answer
+	peek(ctx context.Context, ps *lane, k bucketKey) answer
 	// refund gives n tokens back to the bucket that paid them for a
 	// decision (degraded: one the failure policy took), reports whether any
 	// bucket got them, and returns that bucket's state.
-	refund(ctx context.Context, ps *policyState, k bucketKey, n int, degraded bool) (Result, bool, error)
+	refund(ctx context.Context, ps *lane, k bucketKey, n int, degraded bool) (store.Result, bool, error)
 	// reset makes k's bucket full.
-	reset(ctx context.Context, ps *policyState, k bucketKey) error
+	reset(ctx context.Context, ps *lane, k bucketKey) error
 	// keys is how this seam's keys are made, for the Limiter to make them.
 	keys() keyer
 }
@@ -62,14 +64,49 @@ func (kr keyer) ofBytes(b []byte, str bool) bucketKey {
 
 // answer is a seam's answer to take and peek.
 type answer struct {
-	Result
+	store.Result
 	tight   int   // the index of the tightest limit (see Result)
 	err     error // the store failed and the failure policy decided
 	unknown bool  // the quota is unknown (FailOpen, FailClosed): Decision.QuotaUnknown
-	// ps is the policy whose table answered, when a table did: the
+	// lane is the lane whose table answered, when a table did: the
 	// caller's, or the one that took over its buckets (SetPolicies).
-	ps *policyState
+	lane *lane
 }
+
+// lane is the store's half of a policy: the policy with every limit named,
+// its limits for their arithmetic, its table (the buckets, or a remote
+// store's local mirror and fallback), the debts owed to a DebtStore and the
+// counters of the decisions its table does not count itself. The seam
+// owns it: memStore builds one per policy (lane), and failover uses it.
+type lane struct {
+	Policy
+	lims    []limits.Limit
+	maxCost int           // the smallest Burst: the largest cost every limit can pay
+	longest time.Duration // the longest full refill (Burst × Interval) of its limits
+	table   *bucket.Table
+	debts   debtRecord    // what the local fallback charged, owed to a DebtStore
+	allowed atomic.Uint64 // decisions of a remote store or of FailOpen/FailClosed
+	limited atomic.Uint64
+	// limitedBy counts the remote store's denials by the limit that denied
+	// (the tightest: see store.Result).
+	limitedBy [maxLimits]atomic.Uint64
+	// next is the lane that took over this one's buckets when SetPolicies
+	// changed the policy's limits (see bucket.Table.Successor).
+	next atomic.Pointer[lane]
+}
+
+// holding returns the lane, ln or one that took over from it, whose table
+// is t: the table that answered a call made on ln's table.
+func (ln *lane) holding(t *bucket.Table) *lane {
+	for ln.table != t {
+		ln = ln.next.Load()
+	}
+	return ln
+}
+
+// tau is the policy's longest full refill time in ns: after it, every
+// bucket of a key that was not charged is full.
+func (ps *lane) tau() int64 { return int64(ps.longest) }
 
 // memStore is the in-memory store: one bucket.Table per policy. The zero
 // value is not ready; use newMemStore.
@@ -80,11 +117,11 @@ type memStore struct {
 	maxKeys int
 
 	mu    sync.Mutex
-	lanes map[string]*policyState // by policyID: the Limiter's policies, and those its Store methods meet
+	lanes map[string]*lane // by policyID: the Limiter's policies, and those its Store methods meet
 }
 
 func newMemStore(maxKeys int) *memStore {
-	return &memStore{seed: maphash.MakeSeed(), epoch: time.Now(), maxKeys: maxKeys, lanes: map[string]*policyState{}}
+	return &memStore{seed: maphash.MakeSeed(), epoch: time.Now(), maxKeys: maxKeys, lanes: map[string]*lane{}}
 }
 
 // now is the store's clock: nanoseconds since it was made, read from
@@ -100,14 +137,14 @@ func (m *memStore) now() int64 {
 
 // lane returns the state of policy p, with an empty table if p is new.
 // Policies reach it validated: by New, or by the Store contract.
-func (m *memStore) lane(p Policy) *policyState {
+func (m *memStore) lane(p Policy) *lane {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	id := p.id()
+	id := policyID(p)
 	ps := m.lanes[id]
 	if ps == nil {
 		bps := bucketPolicies(p)
-		ps = newPolicyState(p, bucket.NewTable(bps[0], m.maxKeys, bps[1:]...))
+		ps = newLane(p, bucket.NewTable(bps[0], m.maxKeys, bps[1:]...))
 		m.lanes[id] = ps
 	}
 	return ps
@@ -126,43 +163,47 @@ func bucketPolicies(p Policy) []bucket.Policy {
 	return bps
 }
 
-// newPolicyState is the state of policy p with table t.
-func newPolicyState(p Policy, t *bucket.Table) *policyState {
-	ps := &policyState{Policy: p.named(), maxCost: p.maxCost(), table: t}
+// newLane is the lane of policy p with table t.
+func newLane(p Policy, t *bucket.Table) *lane {
+	ln := &lane{Policy: named(p), maxCost: p.Limits[0].Burst, table: t}
 	for _, lim := range p.Limits {
-		ps.longest = max(ps.longest, lim.tau())
+		l := limits.Limit{Burst: lim.Burst, Interval: lim.Interval}
+		ln.lims = append(ln.lims, l)
+		ln.maxCost = min(ln.maxCost, lim.Burst)
+		ln.longest = max(ln.longest, l.Tau())
 	}
-	return ps
+	return ln
 }
 
-// successor returns the state of policy p, whose table takes over prev's
+// successor returns the lane of policy p, whose table takes over prev's
 // buckets, limit j those of prev's limit from[j] (see
-// bucket.Table.Successor), in place of prev among the lanes.
-func (m *memStore) successor(prev *policyState, p Policy, from []int) *policyState {
+// bucket.Table.Successor), in place of prev among the lanes. The caller
+// links prev to it (prev.next) once the Limiter's side is ready.
+func (m *memStore) successor(prev *lane, p Policy, from []int) *lane {
 	bps := bucketPolicies(p)
-	ps := newPolicyState(p, prev.table.Successor(from, bps[0], bps[1:]...))
-	ps.allowed.Store(prev.allowed.Load())
-	ps.limited.Store(prev.limited.Load())
+	ln := newLane(p, prev.table.Successor(from, bps[0], bps[1:]...))
+	ln.allowed.Store(prev.allowed.Load())
+	ln.limited.Store(prev.limited.Load())
 	for j, f := range from {
 		if f >= 0 {
-			ps.limitedBy[j].Store(prev.limitedBy[f].Load())
+			ln.limitedBy[j].Store(prev.limitedBy[f].Load())
 		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.lanes[prev.id()] == prev {
-		delete(m.lanes, prev.id())
+	if m.lanes[policyID(prev.Policy)] == prev {
+		delete(m.lanes, policyID(prev.Policy))
 	}
-	m.lanes[p.id()] = ps
-	return ps
+	m.lanes[policyID(p)] = ln
+	return ln
 }
 
-// drop forgets ps's lane, a policy SetPolicies removed or replaced.
-func (m *memStore) drop(ps *policyState) {
+// drop forgets ln, the lane of a policy SetPolicies removed or replaced.
+func (m *memStore) drop(ln *lane) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.lanes[ps.id()] == ps {
-		delete(m.lanes, ps.id())
+	if m.lanes[policyID(ln.Policy)] == ln {
+		delete(m.lanes, policyID(ln.Policy))
 	}
 }
 
@@ -170,68 +211,65 @@ func (m *memStore) keys() keyer { return keyer{seed: m.seed} }
 
 // taken is the answer of ps's table to a Take of n tokens: allowed, and
 // the buckets' states f after it.
-func (ps *policyState) taken(allowed bool, n int, f *bucket.Fulls) (a answer) {
+func (ps *lane) taken(allowed bool, n int, f *bucket.Fulls) (a answer) {
 	need := 1
 	if !allowed {
 		need = n
 	}
-	a.Allowed, a.Resets = allowed, [MaxLimits]time.Duration(*f) // bucket.MaxLimits == MaxLimits
+	a.Allowed, a.Resets = allowed, [maxLimits]time.Duration(*f) // bucket.MaxLimits == MaxLimits
 	a.tight = ps.summarize(&a.Result, need)
 	return a
 }
 
+// summarize sets the Remaining, RetryAfter and ResetAfter of res from its
+// Resets, after a call that needed need tokens (store.Policy.Result's
+// rule), and returns the index of the tightest limit.
+func (ps *lane) summarize(res *store.Result, need int) (tight int) {
+	tight, res.Remaining, res.RetryAfter, res.ResetAfter = limits.Summarize(ps.lims, need, &res.Resets)
+	return tight
+}
+
+// tightestOf is the index of the tightest limit of res, a Result of a
+// call that needed need tokens (see store.Result).
+func (ps *lane) tightestOf(res *store.Result, need int) int {
+	return limits.Tightest(ps.lims, need, &res.Resets)
+}
+
 // peeked is the answer of ps's table to a Peek or a Refund: buckets in the
 // states f, allowed if each holds a whole token.
-func (ps *policyState) peeked(f bucket.Fulls) answer {
+func (ps *lane) peeked(f bucket.Fulls) answer {
 	a := ps.taken(true, 1, &f)
 	a.Allowed = a.Remaining > 0
 	return a
 }
 
-// take answers by the policy whose table decided (see answer.ps).
-func (m *memStore) take(_ context.Context, ps *policyState, k bucketKey, n int) answer {
-	allowed, _, f, t := ps.table.Take(k.hash, m.now(), int64(n))
-	ps = ps.holding(t)
-	a := ps.taken(allowed, n, &f)
-	a.ps = ps
+// take answers by the lane whose table decided (see answer.lane).
+func (m *memStore) take(_ context.Context, ln *lane, k bucketKey, n int) answer {
+	allowed, _, f, t := ln.table.Take(k.hash, m.now(), int64(n))
+	ln = ln.holding(t)
+	a := ln.taken(allowed, n, &f)
+	a.lane = ln
 	return a
 }
 
-// tablePeek is the answer of ps's table to a Peek or Refund that returned
-// f, t: by the policy whose table t is.
-func (ps *policyState) tablePeek(f bucket.Fulls, t *bucket.Table) answer {
-	ps = ps.holding(t)
-	a := ps.peeked(f)
-	a.ps = ps
+// tablePeek is the answer of ln's table to a Peek or Refund that returned
+// f, t: by the lane whose table t is.
+func (ln *lane) tablePeek(f bucket.Fulls, t *bucket.Table) answer {
+	ln = ln.holding(t)
+	a := ln.peeked(f)
+	a.lane = ln
 	return a
 }
 
-func (m *memStore) peek(_ context.Context, ps *policyState, k bucketKey) answer {
-	return ps.tablePeek(ps.table.Peek(k.hash, m.now()))
+func (m *memStore) peek(_ context.Context, ln *lane, k bucketKey) answer {
+	return ln.tablePeek(ln.table.Peek(k.hash, m.now()))
 }
 
-func (m *memStore) refund(_ context.Context, ps *policyState, k bucketKey, n int, _ bool) (Result, bool, error) {
-	return ps.tablePeek(ps.table.Refund(k.hash, m.now(), int64(n))).Result, true, nil
+func (m *memStore) refund(_ context.Context, ln *lane, k bucketKey, n int, _ bool) (store.Result, bool, error) {
+	return ln.tablePeek(ln.table.Refund(k.hash, m.now(), int64(n))).Result, true, nil
 }
 
-func (m *memStore) reset(_ context.Context, ps *policyState, k bucketKey) error {
+func (m *memStore) reset(_ context.Context, ps *lane, k bucketKey) error {
 	ps.table.Reset(k.hash, m.now())
 	return nil
-}
-
-func (m *memStore) Take(ctx context.Context, key string, p Policy, n int) (Result, error) {
-	return m.take(ctx, m.lane(p), m.keys().of(key), n).Result, nil
-}
-
-func (m *memStore) Refund(ctx context.Context, key string, p Policy, n int) (Result, error) {
-	res, _, err := m.refund(ctx, m.lane(p), m.keys().of(key), n, false)
-	return res, err
-}
-
-func (m *memStore) Peek(ctx context.Context, key string, p Policy) (Result, error) {
-	return m.peek(ctx, m.lane(p), m.keys().of(key)).Result, nil
-}
-
-func (m *memStore) Reset(ctx context.Context, key string, p Policy) error {
-	return m.reset(ctx, m.lane(p), m.keys().of(key))
 }

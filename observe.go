@@ -11,40 +11,15 @@ import (
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
 
-// LogObserver logs who gets throttled, with log/slog: every Limited decision
-// (enforced or dry run) and every decision that carries an error (a key
-// warning such as a misconfigured proxy header, or a store failure). Exempt
-// and plain allowed requests are not logged.
-//
-// Volume is bounded: at most one line per key per interval, the next one
-// reporting how many were suppressed in between; at most 1,000 keys tracked,
-// beyond which events share one pseudo-key. Limited requests with a retired
-// secret have their own per-key lines (100 keys tracked, then a pseudo-key),
-// which no other line can use up. In all, any span of one interval has at
-// most 1,001 lines of the first kind and 101 of the second. Every logged
-// string is cut to at most 256 bytes.
-//
-// Each line has the attributes policy, limit (the name of Decision.Limit:
-// for a limited request, the limit that denied it; empty when the quota is
-// unknown), key, route (Decision.Route), outcome, mode ("enforced" or "dry_run"), cost, remaining, retry_after
-// (rounded up to whole seconds), credentialed (the request carried an
-// Authorization header but was not exempt: a hint anyone can trigger),
-// retired_token (it carried a retired internal secret: one of your services,
-// for sure), suppressed, identity (Decision.Identity, only when set: the
-// service still sending a retired secret), degraded (only when
-// Decision.Degraded is set) and
-// error (only when there is one), with the decision's context. It never
-// logs header values, so tokens never reach the log.
-//
-// Levels and messages: a limited request with a retired secret is logged at
-// ERROR, one with other credentials at WARN, the other limited ones at INFO
-// ("addrlimit: request limited"); an allowed decision with an error at WARN,
-// as "addrlimit: degraded decision" when the store failed and
-// "addrlimit: decision with an error" otherwise.
-//
-// A LogObserver is safe for concurrent use. Pass its Observe method to
-// WithObserver. The zero value logs to slog.Default() at most one line per
-// key per minute.
+// LogObserver logs Limited decisions and decisions with an error, with log/slog
+// (pass Observe to WithObserver): at most one line per key per interval,
+// counting those suppressed, for 1,000 keys (then a shared pseudo-key) plus 100
+// for retired secrets. Attributes: policy, limit, key, route, outcome, mode,
+// cost, remaining, retry_after, credentialed, retired_token, suppressed, and
+// identity, degraded and error when set; never a header value. A retired secret
+// logs at ERROR, other credentials at WARN, the rest at INFO; a degraded
+// allowed decision at WARN. The zero value logs to slog.Default() once per key
+// per minute.
 type LogObserver struct {
 	logger *slog.Logger  // nil: slog.Default()
 	every  time.Duration // 0: defaultLogEvery
@@ -83,8 +58,8 @@ const maxLogField = 256
 // overflowLogKey stands for all keys beyond maxLogKeys.
 const overflowLogKey = "addrlimit:other-keys"
 
-// NewLogObserver returns a LogObserver that writes to logger at most one line
-// per key per every (which must be positive; a minute suits most services).
+// NewLogObserver returns a LogObserver writing to logger at most one line per
+// key per every (positive).
 func NewLogObserver(logger *slog.Logger, every time.Duration) (*LogObserver, error) {
 	if logger == nil {
 		return nil, errors.New("addrlimit: NewLogObserver given a nil logger")
@@ -95,8 +70,7 @@ func NewLogObserver(logger *slog.Logger, every time.Duration) (*LogObserver, err
 	return &LogObserver{logger: logger, every: every}, nil
 }
 
-// Observe logs d, decided in ctx, if it is worth a line. Use it with
-// WithObserver.
+// Observe logs d, decided in ctx, if it is worth a line.
 func (o *LogObserver) Observe(ctx context.Context, d Decision) {
 	if d.Outcome != Limited && d.Err == nil {
 		return

@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit/internal/headers"
+	"github.com/addrlimit/addrlimit/store"
 )
 
-// An Option configures a Limiter in New. Options are applied in order; New
-// reports the first invalid one.
+// An Option configures a Limiter in New, in order; New reports the first
+// invalid one.
 type Option func(*config) error
 
 type config struct {
@@ -29,7 +30,7 @@ type config struct {
 	maxKeys   int
 	observers []func(context.Context, Decision)
 	dryRun    bool
-	store     Store
+	store     store.Store
 	headers   HeaderStyle
 	failure   FailurePolicy
 	failSet   bool // WithStoreFailure was given
@@ -38,9 +39,7 @@ type config struct {
 	decisionInContext bool
 }
 
-// WithBurst sets the default policy's bucket capacity: how many requests a
-// client with a full bucket may make at once. The default is the limit
-// passed to New. n must be at least 1.
+// WithBurst sets the default policy's burst (default: New's limit), at least 1.
 func WithBurst(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -51,16 +50,10 @@ func WithBurst(n int) Option {
 	}
 }
 
-// WithLimit adds to the default policy a limit of n requests per period
-// per, in bursts of up to n: a request is then admitted only if New's limit
-// and every WithLimit limit have its cost, and when one denies, none is
-// charged. 10 per second and 300 per minute and 10,000 per day is
-//
-//	addrlimit.New(10, time.Second, addrlimit.WithLimit(300, time.Minute), addrlimit.WithLimit(10000, 24*time.Hour))
-//
-// Each limit is named by its window (see Limit.Name); New fails if two
-// share one, or if the policy would have more than MaxLimits limits. For
-// named limits or other bursts, give WithPolicy a Policy.
+// WithLimit adds to the default policy a limit of n requests per period per, in
+// bursts of n, named by its window (see Limit.Name). 10 per second and 300 per
+// minute is New(10, time.Second, WithLimit(300, time.Minute)). For named limits
+// or other bursts, give WithPolicy a Policy.
 func WithLimit(n int, per time.Duration) Option {
 	return func(c *config) error {
 		interval, err := limitInterval(n, per)
@@ -72,12 +65,10 @@ func WithLimit(n int, per time.Duration) Option {
 	}
 }
 
-// WithName names the default policy (DefaultPolicyName otherwise): the name
-// appears in the RateLimit-Policy field, Decision.Policy, Stats and the
-// metrics' "policy" label, and separates the buckets of limiters that share
-// a Store. Give stacked limiters distinct names. A name is 1 to 64 bytes of
-// A-Z a-z 0-9 . _ -. It is not the metrics' "limiter" label: that is the
-// name given to the collector (promcollector.New, otelcollector.WithName).
+// WithName names the default policy (default DefaultPolicyName): in the
+// RateLimit-Policy field, Decision.Policy, Stats, the metrics' "policy" label,
+// and the identity of its buckets in a shared Store. Give stacked limiters
+// distinct names. The rule of a name is Policy.Validate's.
 func WithName(name string) Option {
 	return func(c *config) error {
 		if err := checkPolicyName(name); err != nil {
@@ -88,15 +79,9 @@ func WithName(name string) Option {
 	}
 }
 
-// WithPolicy adds the named policy p, for the requests that a
-// PolicySelector (WithPolicySelector) or an AllowKey caller assigns to it:
-// 1000 requests per minute in bursts of up to 100 is
-//
-//	addrlimit.WithPolicy(addrlimit.Policy{Name: "partner", Limits: []addrlimit.Limit{{Burst: 100, Interval: time.Minute / 1000}}})
-//
-// Each policy has its own buckets, its own RateLimit-Policy name and its own
-// counters in Stats. Names follow the rules of WithName and must be
-// distinct; p must pass Validate.
+// WithPolicy adds the named policy p, with its own buckets, header name and
+// counters, for the calls a PolicySelector, a Call or AllowKey assign to it. p
+// must pass Validate and have a name of its own.
 func WithPolicy(p Policy) Option {
 	return func(c *config) error {
 		if err := p.Validate(); err != nil {
@@ -107,33 +92,15 @@ func WithPolicy(p Policy) Option {
 	}
 }
 
-// A PolicySelector picks, for one request, the name of the policy that
-// limits it and the key of its bucket under that policy: for example the
-// partner or plan that a verified credential identifies. A policy of ""
-// means the default policy; a key of "" means the KeyFunc's key (by default
-// the client address). So ("", "", nil) leaves the request to the default
-// policy and the KeyFunc.
-//
-// Select only by something a client cannot forge: a credential you have
-// verified. A key taken from an unverified header hands an attacker a fresh
-// bucket per value it invents.
-//
-// Keys are one namespace per policy: address keys (AddrKey), UnkeyedKey,
-// and the keys of selectors, KeyFuncs and AllowKey all meet in it (which is
-// what lets AllowKey, Peek and Reset reach a client's bucket by its
-// address, in any notation: see Limiter.Reset). Give identity keys a prefix
-// no address has, such as "user:"+id (not hexadecimal digits: "cafe:"+id
-// can spell an IPv6 address): a user named "192.0.2.9" under the same
-// policy would otherwise spend the bucket of the client at that address.
-//
-// An unknown policy name or an error never skips the limit: the request is
-// charged to the default policy under the KeyFunc's key, and Decision.Err
-// reports ErrUnknownPolicy or the error. A PolicySelector is called
-// concurrently, after the exemption check.
+// A PolicySelector picks a request's policy ("" for the default) and key (""
+// for the KeyFunc's), by what a client cannot forge (a verified credential). An
+// unknown policy or an error falls back to the default policy and the KeyFunc's
+// key. Keys are one namespace per policy with addresses: prefix identity keys
+// with what no address has ("user:"+id).
 type PolicySelector func(r *http.Request) (policy, key string, err error)
 
-// WithPolicySelector sets the function that assigns requests to the policies
-// added with WithPolicy. Without it, every request uses the default policy.
+// WithPolicySelector sets the PolicySelector; without it every request uses the
+// default policy.
 func WithPolicySelector(f PolicySelector) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -144,20 +111,9 @@ func WithPolicySelector(f PolicySelector) Option {
 	}
 }
 
-// WithCost sets how many tokens a request costs (1 without it): a batch or a
-// GraphQL query may cost more than a single read. f is called concurrently,
-// once per counted request, before the handler runs.
-//
-// A cost above the policy's burst (its smallest, with several limits) can
-// never be paid: the request is refused with ErrCostOverBurst by the policy
-// alone (no Store call, so a flood of them costs a remote store nothing)
-// and charged nothing. Handler answers it
-// 413 Content Too Large, without Retry-After (no wait makes it possible; a
-// 413 tells the client to send less) and without quota fields: the bucket
-// was not asked, so its quota is unknown (Decision.QuotaUnknown).
-// A WithDeniedHandler handler recognises the case by
-// errors.Is(d.Err, addrlimit.ErrCostOverBurst). A cost below 1 is charged
-// as 1 and reported as ErrInvalidCost; it is never a refund.
+// WithCost sets what a request costs in tokens (default 1; below 1 is charged
+// 1). A cost over the smallest burst is refused without a Store call, with 413
+// and no Retry-After (ErrCostOverBurst).
 func WithCost(f func(r *http.Request) int) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -168,21 +124,13 @@ func WithCost(f func(r *http.Request) int) Option {
 	}
 }
 
-// WithRefund makes Handler give back a request's tokens when its response
-// status satisfies f: WithRefund(func(s int) bool { return s < 400 }) counts
-// only failed requests, as login brute-force protection wants.
-//
-// The request is charged before the handler runs, as usual, so concurrent
-// requests can never exceed the budget; the refund follows when the handler
-// returns, and never fills a bucket above its burst. The status is the first
-// final one the handler wrote through the ResponseWriter it was given (101
-// for a connection hijacked before any status). A request whose handler
-// wrote nothing there is never refunded and f is not called (docs/frameworks.md:
-// gin and echo may write elsewhere or later). A handler that
-// panics is not refunded either. The
-// ResponseWriter the handler gets keeps http.Flusher, http.Hijacker and
-// io.ReaderFrom working and supports http.ResponseController through Unwrap.
-// Allow, Decide and AllowKey never refund on their own; see Limiter.Refund.
+// WithRefund makes Handler give a request's tokens back when f accepts the
+// first final status its handler wrote (101 for a hijack): WithRefund(func(s
+// int) bool { return s < 400 }) counts only failures. A handler that wrote
+// nothing through its ResponseWriter (docs/frameworks.md: gin and echo may
+// write elsewhere or later), or panicked, is not refunded; the writer keeps
+// Flusher, Hijacker, ReaderFrom and Unwrap. Allow, Decide and AllowKey never
+// refund on their own; see Limiter.Refund.
 func WithRefund(f func(status int) bool) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -193,8 +141,8 @@ func WithRefund(f func(status int) bool) Option {
 	}
 }
 
-// WithKeyFunc sets how requests map to buckets. The default, RemoteAddrKey,
-// keys by the connection's peer address; behind proxies use TrustedProxies.Key.
+// WithKeyFunc sets how requests map to buckets (default RemoteAddrKey; behind
+// proxies TrustedProxies.Key).
 func WithKeyFunc(f KeyFunc) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -205,11 +153,9 @@ func WithKeyFunc(f KeyFunc) Option {
 	}
 }
 
-// WithInternalToken exempts requests that carry one of t's accepted secrets
-// (see InternalToken.Match) and flags requests that carry one of its retired
-// secrets (Decision.RetiredToken, Stats.RetiredTokenLimited). The secret is
-// hashed once per request for both checks. It may be combined with
-// WithExempt: a request is exempt if either matches.
+// WithInternalToken exempts requests that carry an accepted secret of t, and
+// flags those with a retired one (Decision.RetiredToken). It combines with
+// WithExempt: either exempts.
 func WithInternalToken(t *InternalToken) Option {
 	return func(c *config) error {
 		if t == nil {
@@ -220,12 +166,10 @@ func WithInternalToken(t *InternalToken) Option {
 	}
 }
 
-// WithExempt sets a predicate for requests that bypass the limiter entirely:
-// for them no key is computed, no bucket is touched or created, no quota
-// header is set, and the Decision is Exempt. This is a bypass, so the
-// predicate must be something a client cannot forge; for the internal token
-// use WithInternalToken, for a verified client certificate VerifiedPeers.Match.
-// It is called first, for every request, concurrently.
+// WithExempt sets a predicate for requests that bypass the limiter: no key, no
+// bucket, no quota field; the Decision is Exempt. It must test something a
+// client cannot forge (for tokens use WithInternalToken, for client
+// certificates VerifiedPeers.Match). It is called first, concurrently.
 func WithExempt(f func(*http.Request) bool) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -236,12 +180,10 @@ func WithExempt(f func(*http.Request) bool) Option {
 	}
 }
 
-// WithDeniedHandler replaces the body and status of denied responses (by
-// default 429 with a short plain-text body, 413 for a cost over the burst,
-// or 503 when the store failed under FailClosed). When h runs, the quota fields, Retry-After (except for
-// a cost over the burst, errors.Is(d.Err, ErrCostOverBurst): see WithCost)
-// and Cache-Control are already set, and DecisionFromContext(r.Context()) returns
-// the Decision. h must not reveal Decision.Err to the client.
+// WithDeniedHandler replaces the status and body of denied responses (default
+// 429, 413 for a cost over the burst, 503 under FailClosed). When h runs, the
+// quota fields, Retry-After and Cache-Control are set and DecisionFromContext
+// returns the Decision. h must not reveal Decision.Err.
 func WithDeniedHandler(h http.Handler) Option {
 	return func(c *config) error {
 		if h == nil {
@@ -252,11 +194,10 @@ func WithDeniedHandler(h http.Handler) Option {
 	}
 }
 
-// WithMaxKeys bounds the number of exact buckets held in memory per policy
-// (by the default in-memory store, or by the local fallback of a remote
-// store). The default is DefaultMaxKeys. Past it, buckets move to a fixed-size
-// approximate memory that never gives a key more than it had; see
-// docs/memory.md.
+// WithMaxKeys bounds the exact buckets held in memory per policy (default
+// DefaultMaxKeys), also those of a remote store's local fallback. Past it,
+// buckets move to a fixed-size approximate memory that never gives a key more
+// than it had (docs/memory.md).
 func WithMaxKeys(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -267,11 +208,9 @@ func WithMaxKeys(n int) Option {
 	}
 }
 
-// WithObserver adds a function that is told every decision, exempt ones
-// included, with its context (the request's, or Decide's and AllowKey's
-// ctx): synchronously, before the response is written, in the order the
-// observers were added. f is called concurrently and should be quick (log
-// or count, no I/O); see LogObserver for a rate-limited logger.
+// WithObserver adds f, told every decision (exempt ones too) with its context,
+// synchronously, before the response is written, in the order added. f is
+// called concurrently and should be quick; see LogObserver.
 func WithObserver(f func(context.Context, Decision)) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -282,9 +221,8 @@ func WithObserver(f func(context.Context, Decision)) Option {
 	}
 }
 
-// WithDryRun makes the limiter decide, count, observe and set quota headers
-// as usual, but never deny: a Limited decision has DryRun set and the request
-// is served. Use it to learn who would be limited before enforcing.
+// WithDryRun decides, counts, observes and sets quota fields as usual but never
+// denies: a Limited decision has DryRun set and is served.
 func WithDryRun() Option {
 	return func(c *config) error {
 		c.dryRun = true
@@ -292,10 +230,10 @@ func WithDryRun() Option {
 	}
 }
 
-// WithStore sets where buckets are kept, for example a Redis store shared by
-// a fleet of instances. The default keeps them in memory, bounded by
-// WithMaxKeys.
-func WithStore(s Store) Option {
+// WithStore keeps the buckets in s (a Redis store shared by a fleet, say)
+// instead of in memory. New calls s's CheckPolicy, if it has one, for every
+// policy.
+func WithStore(s store.Store) Option {
 	return func(c *config) error {
 		if s == nil {
 			return errors.New("addrlimit: WithStore given a nil Store")
@@ -305,26 +243,19 @@ func WithStore(s Store) Option {
 	}
 }
 
-// HeaderStyle selects the quota header fields of allowed and limited
-// responses.
+// HeaderStyle selects the quota fields of counted responses (WithHeaders).
 type HeaderStyle uint8
 
 const (
-	// HeaderDraft (the default) sends the IETF httpapi draft fields, with
-	// the policy's name:
+	// HeaderDraft (the default) sends the IETF httpapi draft fields:
 	//	RateLimit-Policy: "<name>";q=<burst>;w=<seconds to refill the burst>
-	//	RateLimit: "<name>";r=<remaining>;t=<seconds until the next token, 0 while r > 0>
-	// Both describe the bucket, whatever the request costs: q is the burst,
-	// not the limit (60 per minute with a burst of 10 sends q=10;w=10), as
-	// the draft's token-bucket mapping says; a denied response's Retry-After
-	// describes the request (its wait for its cost).
+	//	RateLimit: "<name>";r=<remaining>;t=<seconds until the next token>
+	// with "<name>-<limit>" members for several limits.
 	HeaderDraft HeaderStyle = iota
-	// HeaderXRateLimit sends the de facto fields X-RateLimit-Limit (the burst),
-	// X-RateLimit-Remaining, and X-RateLimit-Reset in seconds until the bucket
-	// is full again (a delay, not a timestamp).
+	// HeaderXRateLimit sends X-RateLimit-Limit (the burst), -Remaining and
+	// -Reset (seconds until full) of the tightest limit.
 	HeaderXRateLimit
-	// HeaderNone sends no quota fields. Denied responses still carry
-	// Retry-After and Cache-Control: no-store.
+	// HeaderNone sends no quota fields.
 	HeaderNone
 )
 
@@ -349,7 +280,7 @@ func (s HeaderStyle) String() string {
 	return fmt.Sprintf("HeaderStyle(%d)", uint8(s))
 }
 
-// WithHeaders selects the quota header fields; the default is HeaderDraft.
+// WithHeaders selects the quota fields; the default is HeaderDraft.
 func WithHeaders(s HeaderStyle) Option {
 	return func(c *config) error {
 		if s > HeaderNone {
@@ -364,17 +295,15 @@ func WithHeaders(s HeaderStyle) Option {
 type FailurePolicy uint8
 
 const (
-	// FailLocal (the default) decides with a local in-memory bucket of the
-	// same policy. Each local bucket continues from the state the store last
-	// reported for its key, so a client the fleet had limited stays limited;
-	// a key the store never reported starts full (so across N instances a
-	// client new to the outage can get up to N budgets). The shared budget
-	// applies again as soon as the store answers; a DebtStore is then
-	// charged what the local bucket allowed meanwhile.
+	// FailLocal (the default) decides with a local bucket that continues
+	// from what the store last said for the key, so a client the fleet
+	// limited stays limited; a key the store never reported starts full
+	// (N instances may grant it N budgets). A DebtStore is later charged
+	// what the local bucket allowed.
 	FailLocal FailurePolicy = iota
-	// FailOpen lets the request through unlimited.
+	// FailOpen lets the request through, quota unknown.
 	FailOpen
-	// FailClosed denies the request: 503 Service Unavailable with Retry-After: 1.
+	// FailClosed denies it: 503 with Retry-After: 1.
 	FailClosed
 )
 
@@ -391,13 +320,9 @@ func (p FailurePolicy) String() string {
 	return fmt.Sprintf("FailurePolicy(%d)", uint8(p))
 }
 
-// WithStoreFailure sets what happens when the Store returns an error; the
-// default is FailLocal. A decision the failure policy took has Err and
-// Degraded set; a cost over the burst is refused without a store call,
-// whether the store works or not; a refund that fails is only counted
-// (Stats.StoreErrors). No error text reaches the
-// client. It needs WithStore (the in-memory buckets never fail): New
-// refuses it without.
+// WithStoreFailure sets the failure policy (default FailLocal); it needs
+// WithStore. A decision it took has Err and Degraded set; a failed refund is
+// only counted (Stats.StoreErrors).
 func WithStoreFailure(p FailurePolicy) Option {
 	return func(c *config) error {
 		if p > FailClosed {
@@ -408,23 +333,9 @@ func WithStoreFailure(p FailurePolicy) Option {
 	}
 }
 
-// WithClock sets the clock the Limiter's in-memory buckets read, instead of
-// the system's: to decide in virtual time (replaying an access log, as
-// cmd/addrlimit-replay does) or under a fake clock in tests. now is read once
-// when New builds the Limiter (the buckets' epoch) and then once per
-// decision, Peek, Reset and refund, concurrently; it must be safe for
-// concurrent use and should not go back. A reading earlier than the latest
-// one the buckets have seen counts as that latest one, so a clock that goes back
-// never refills a bucket: buckets stand still until it passes the latest
-// reading again. Readings before the first one count as the first, and
-// readings are kept as a time.Duration since it, so they must stay within
-// about 290 years of it.
-//
-// It governs the buckets of the default in-memory store and the local
-// buckets of FailLocal; a Store given to WithStore keeps its own clock (the
-// Redis store uses the server's), and LogObserver's one-line-per-interval
-// suppression reads the system clock. Without WithClock, a decision reads
-// the monotonic clock (time.Since).
+// WithClock sets the clock of the in-memory buckets (a Store keeps its own), to
+// decide in virtual time (cmd/addrlimit-replay) or under a fake clock; it is
+// read concurrently. A reading earlier than the latest counts as the latest.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) error {
 		if now == nil {

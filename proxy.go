@@ -12,28 +12,14 @@ import (
 	"github.com/addrlimit/addrlimit/internal/clientip"
 )
 
-// TrustedProxies resolves the client address of requests that reach the
-// server through proxies you run or pay for (load balancers, CDNs, ingress
-// controllers), from the one header those proxies set. It is immutable and
-// safe for concurrent use.
-//
-// The rule, which no client can steer:
-//  1. If the peer (RemoteAddr) is not inside a trusted range, the peer is the
-//     client and no header is read.
-//  2. Otherwise the header's lines are read last to first, each from right to
-//     left, skipping addresses inside trusted ranges; the first untrusted
-//     address is the client. If every element is trusted, the leftmost is:
-//     so a client that connects from a trusted address can name any address.
-//  3. An element that is not an address ("unknown", "_hidden", garbage, an
-//     empty element, a Forwarded element without for=) means the proxies or
-//     the ranges are misconfigured: the nearest trusted hop to its right (or
-//     the peer) is used, never anything further left, and the problem is
-//     reported as a warning error. So is a trusted peer that sent no header.
-//
-// At most 64 trusted hops are walked, so a header of thousands of elements
-// costs no more than a short one. Build it with NewTrustedProxies: the zero
-// TrustedProxies trusts no proxy, so ClientAddr and Key give the peer
-// address (Key is then RemoteAddrKey) and read no header.
+// TrustedProxies resolves the client address behind proxies you run (load
+// balancers, CDNs) from the one header they set, by a rule no client can steer:
+// a peer outside the trusted ranges is the client; otherwise the header is read
+// from its last element backwards, skipping trusted addresses, and the first
+// untrusted one is the client. An element that is no address, or a missing
+// header, is a misconfiguration: the nearest trusted hop is used, never
+// anything further left, with an ErrProxyHeader warning. The zero value trusts
+// no proxy; it is immutable and safe for concurrent use.
 type TrustedProxies struct {
 	header  string // canonical
 	format  clientip.Format
@@ -42,12 +28,8 @@ type TrustedProxies struct {
 }
 
 // NewTrustedProxies returns a resolver for header, the ONE header your
-// outermost trusted proxy sets: "X-Forwarded-For", "Forwarded" (RFC 7239),
-// or a single-address header such as "X-Real-IP", "CF-Connecting-IP",
-// "True-Client-IP" or "Fly-Client-IP". trusted are the ranges of your proxies
-// (addresses they connect from and that they write into the header). IPv4 ranges
-// also match IPv4-mapped IPv6 peers. A range of all addresses (/0) is
-// rejected: with it, the client writes its own address.
+// outermost proxy sets ("X-Forwarded-For", "Forwarded", "X-Real-IP", ...),
+// trusting the ranges your proxies connect from (not /0).
 func NewTrustedProxies(header string, trusted ...netip.Prefix) (*TrustedProxies, error) {
 	if header == "" {
 		return nil, errors.New("addrlimit: trusted proxy header name is empty")
@@ -80,32 +62,19 @@ func NewTrustedProxies(header string, trusted ...netip.Prefix) (*TrustedProxies,
 	return t, nil
 }
 
-// WithUnixSocket returns a copy of t that also trusts a peer connected over
-// a Unix socket: for a server that a reverse proxy on the same machine
-// reaches through a socket file. Such a request has no peer address
-// (RemoteAddr is "@" or empty, or a path), so without this every client
-// would share UnkeyedKey. Trust it only if nothing but your proxy can open
-// the socket (check the file's permissions).
-//
-// A request counts as coming over a Unix socket when the server's local
-// address (http.LocalAddrContextKey) is a Unix address, or, without that
-// context value, when RemoteAddr is "", "@" or a path: forms no TCP peer can
-// produce. The header is then resolved as from any trusted peer; if it is
-// missing or malformed, there is no nearer trusted hop with an address, so
-// the request is charged to UnkeyedKey and the problem reported.
+// WithUnixSocket returns a copy of t that also trusts a Unix socket peer (a
+// proxy on the same machine), which otherwise shares UnkeyedKey. Trust it only
+// if nothing but your proxy can open the socket.
 func (t *TrustedProxies) WithUnixSocket() *TrustedProxies {
 	c := *t
 	c.unix = true
 	return &c
 }
 
-// ClientAddr returns the client address of r (unmapped, without zone, not
-// grouped: use AddrKey for that). A non-nil error with a valid address is a
-// warning that matches ErrProxyHeader: the address is the safe one to use,
-// but the proxies or the trusted ranges look misconfigured. A RemoteAddr that
-// is not an IP address gives the zero Addr and ErrNoClientAddress (unless
-// WithUnixSocket trusts it). Handlers can call it to log or display the
-// client.
+// ClientAddr returns r's client address (unmapped, no zone, not grouped:
+// AddrKey does that). An error with a valid address is an ErrProxyHeader
+// warning: the address is the safe one. A RemoteAddr that is no IP address
+// gives the zero Addr and ErrNoClientAddress (unless WithUnixSocket).
 func (t *TrustedProxies) ClientAddr(r *http.Request) (netip.Addr, error) {
 	peer, err := peerAddr(r)
 	if err != nil && !(t.unix && unixPeer(r)) {
@@ -114,13 +83,10 @@ func (t *TrustedProxies) ClientAddr(r *http.Request) (netip.Addr, error) {
 	return t.resolve(peer, r.Header[t.header])
 }
 
-// ClientAddrFrom is ClientAddr for a Call of another protocol (gRPC: the
-// peer's address, and the metadata under strings.ToLower(t.Header())): peer
-// is the connection's peer address, values every line of the header in
-// order; rules and errors are ClientAddr's. The zero peer stands for a Unix
-// socket peer, which only WithUnixSocket trusts: pass it only for a
-// connection known to be one, or a client of that transport names any
-// address.
+// ClientAddrFrom is ClientAddr for another transport: peer is the connection's
+// peer (the zero Addr only for a Unix socket, which only WithUnixSocket
+// trusts), values every line of the header in order (gRPC: the metadata under
+// strings.ToLower(t.Header())).
 func (t *TrustedProxies) ClientAddrFrom(peer netip.Addr, values []string) (netip.Addr, error) {
 	if !peer.IsValid() && !t.unix {
 		return netip.Addr{}, ErrNoClientAddress
@@ -141,8 +107,7 @@ func (t *TrustedProxies) resolve(peer netip.Addr, lines []string) (netip.Addr, e
 	return a, err
 }
 
-// Header returns the name of the header t reads, in canonical form
-// ("X-Forwarded-For"). gRPC metadata holds it under its lower-case form.
+// Header returns the name of the header t reads, in canonical form.
 func (t *TrustedProxies) Header() string { return t.header }
 
 // unixPeer reports whether r came over a Unix socket.
@@ -154,11 +119,8 @@ func unixPeer(r *http.Request) bool {
 	return ra == "" || ra == "@" || strings.HasPrefix(ra, "/")
 }
 
-// Key is the KeyFunc of requests behind the proxies,
-// WithKeyFunc(t.Key): AddrKey of ClientAddr, so the key and the address a
-// handler logs come from one configuration. A malformed header yields the
-// nearest trusted hop's key together with a warning error, which the
-// Limiter reports to observers as Decision.Err.
+// Key is the KeyFunc behind the proxies (WithKeyFunc(t.Key)): AddrKey of
+// ClientAddr, with its warning.
 func (t *TrustedProxies) Key(r *http.Request) (string, error) {
 	a, err := t.ClientAddr(r)
 	return AddrKey(a), err

@@ -8,26 +8,16 @@ import (
 	"net/http"
 )
 
-// Refund gives back the tokens that an allowed decision d of this
-// Limiter's Allow, Decide or AllowKey charged, as WithRefund does for
-// Handler: for callers that decide with Allow and learn the outcome
-// afterwards (a gin middleware that counts only failed logins refunds when
-// c.Writer.Written() and the status is below 400). Call it at most once per
-// decision: each call gives the cost back again, though never above the
-// burst. It does nothing for a decision that is not Allowed, has no Key,
-// names a policy this Limiter does not have, or has a Cost outside 1 to the
-// policy's burst (a Peek decision, a hand-built one), and nothing under
-// FailOpen (which charged nothing). Each refund that reaches a bucket is
-// counted in Stats.Refunded. ctx bounds the Store's call; its cancellation
-// is ignored, as the store's own timeout applies (a client's hang-up does
-// not cancel its refund).
+// Refund gives back the tokens an Allowed decision of this Limiter charged, as
+// WithRefund does (never above the burst). Call it once per decision; it
+// ignores a decision it cannot trust and ctx's cancellation.
 func (l *Limiter) Refund(ctx context.Context, d Decision) {
 	l.mustBeBuilt()
 	ps := l.pols.Load().byName[d.Policy]
 	if d.Outcome != Allowed || d.Key == "" || ps == nil || d.Cost < 1 || d.Cost > ps.maxCost {
 		return
 	}
-	l.refundCharge(context.WithoutCancel(ctx), ps, l.keys.of(d.Key), &d)
+	l.refundCharge(ctx, ps, l.keys.of(d.Key), &d)
 }
 
 // statusWriter records the status of the response a handler writes, for

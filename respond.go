@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit/internal/headers"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 // write writes what Handler writes for a counted decision d before it calls
@@ -31,14 +32,14 @@ func (l *Limiter) write(w http.ResponseWriter, r *http.Request, ps *policyState,
 
 // writeList is write's Write for a policy whose fields list several limits.
 func (ps *policyState) writeList(h http.Header, d *Decision) {
-	var each [MaxLimits]headers.Member
+	var each [maxLimits]headers.Member
 	ps.headers.Write(h, ps.fullState(d, false, &each))
 }
 
 // fullState is state with, when the fields list several limits, each
 // limit's state, which goes into each (the caller's, so that it stays on
 // its stack).
-func (ps *policyState) fullState(d *Decision, never bool, each *[MaxLimits]headers.Member) headers.State {
+func (ps *policyState) fullState(d *Decision, never bool, each *[maxLimits]headers.Member) headers.State {
 	s := ps.state(d, never)
 	if ps.headers.Lists() {
 		s.Each = ps.members(d, each)
@@ -58,7 +59,7 @@ func (ps *policyState) state(d *Decision, never bool) headers.State {
 	return headers.State{
 		Unknown:    d.QuotaUnknown,
 		Remaining:  d.Remaining,
-		NextToken:  ps.Limits[d.tight].nextToken(d.Remaining, d.ResetAfter),
+		NextToken:  ps.lims[d.tight].NextToken(d.Remaining, d.ResetAfter),
 		RetryAfter: d.RetryAfter,
 		ResetAfter: d.ResetAfter,
 		Denied:     d.Denied(),
@@ -67,25 +68,14 @@ func (ps *policyState) state(d *Decision, never bool) headers.State {
 	}
 }
 
-// nextToken is the wait for one whole token of a bucket of lim with
-// remaining tokens that is full after full: zero while it holds one.
-func (lim Limit) nextToken(remaining int, full time.Duration) time.Duration {
-	if remaining > 0 {
-		return 0
-	}
-	// GCRA: the bucket holds a whole token once it is burst-1 tokens from
-	// full.
-	return max(full-time.Duration(lim.Burst-1)*lim.Interval, 0)
-}
-
 // members fills each with the state of every limit of d, for the RateLimit
 // field, and returns it as a slice.
-func (ps *policyState) members(d *Decision, each *[MaxLimits]headers.Member) []headers.Member {
-	for i, lim := range ps.Limits {
-		remaining, _ := lim.read(d.resets[i], 1)
-		each[i] = headers.Member{Remaining: remaining, NextToken: lim.nextToken(remaining, d.resets[i])}
+func (ps *policyState) members(d *Decision, each *[maxLimits]headers.Member) []headers.Member {
+	for i, lim := range ps.lims {
+		remaining, _ := lim.Read(d.resets[i], 1)
+		each[i] = headers.Member{Remaining: remaining, NextToken: lim.NextToken(remaining, d.resets[i])}
 	}
-	return each[:len(ps.Limits)]
+	return each[:len(ps.lims)]
 }
 
 // overBurst reports whether d refused a cost above the burst, which no wait
@@ -94,18 +84,10 @@ func (d *Decision) overBurst() bool {
 	return d.Outcome == Limited && errors.Is(d.Err, ErrCostOverBurst)
 }
 
-// Respond writes what Handler writes for d before it would call the next
-// handler, for callers of Allow (gin): nothing for an Exempt decision, the
-// quota fields for a counted one, and for a denied one Handler's whole
-// refusal (429, 413, 503 or the WithDeniedHandler response, which gets r).
-// It reports whether it refused the request: then do not serve it (in gin,
-// c.Abort()).
-//
-// d must be a decision of this Limiter. One of another policy gets no quota
-// fields and, if denied, the refusal of an unknown quota (503 with
-// Retry-After: 1, or 413 for ErrCostOverBurst). A Decision with no outcome
-// (the zero Decision) is refused that way too: nothing that is not a
-// decision lets a request through.
+// Respond writes what Handler would for d before calling next, for callers of
+// Allow, and reports whether it refused (then do not serve). A decision this
+// Limiter did not make gets no quota fields and, if denied, the refusal of an
+// unknown quota (503); so does the zero Decision.
 func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (refused bool) {
 	l.mustBeBuilt()
 	if d.Outcome == Exempt {
@@ -119,7 +101,7 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 		// a decision at all), FailClosed's refusal.
 		policy, outcome := d.Policy, d.Outcome
 		ps = set.list[0]
-		d.record(ps, &answer{Result: Result{Allowed: outcome == Allowed, RetryAfter: time.Second}, unknown: true})
+		d.record(ps, &answer{Result: store.Result{Allowed: outcome == Allowed, RetryAfter: time.Second}, unknown: true})
 		d.Policy = policy
 		if outcome != Allowed {
 			d.DryRun = false
@@ -128,18 +110,17 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 	return l.write(w, r, ps, &d)
 }
 
-// QuotaFields calls set with the lower-case name and the value of each
-// quota field Handler sends for d (per WithHeaders), rendered by the same
-// code, for other transports (gRPC metadata). Retry-After is not one of
-// them. Nothing is set for an Exempt decision, an unknown quota, a
-// Decision this Limiter did not make, or under HeaderNone.
+// QuotaFields calls set with the lower-case name and value of each quota field
+// Handler sends for d, rendered by the same code, for other transports (gRPC
+// metadata); Retry-After is not one. It sets nothing for a decision Handler
+// would send none for, or that this Limiter did not make.
 func (l *Limiter) QuotaFields(d Decision, set func(name, value string)) {
 	l.mustBeBuilt()
 	ps := d.ps
 	if !ps.leadsTo(l.pols.Load().byName[d.Policy]) || d.Outcome != Allowed && d.Outcome != Limited {
 		return
 	}
-	var each [MaxLimits]headers.Member
+	var each [maxLimits]headers.Member
 	st := ps.fullState(&d, false, &each)
 	st.Denied = false
 	ps.headers.Fields(st, set)
@@ -155,7 +136,7 @@ func (l *Limiter) QuotaFields(d Decision, set func(name, value string)) {
 // policy's header arena, its body is shared.
 func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState, d *Decision) {
 	over := d.overBurst()
-	var each [MaxLimits]headers.Member
+	var each [maxLimits]headers.Member
 	if l.denied != nil {
 		ps.headers.Write(w.Header(), ps.fullState(d, over, &each))
 		l.denied.ServeHTTP(w, r.WithContext(ContextWithDecision(r.Context(), *d)))
@@ -182,9 +163,8 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState
 	_, _ = w.Write(body)
 }
 
-// ContextWithDecision returns a copy of ctx that carries d, as the Limiter
-// passes it to a WithDeniedHandler handler: DecisionFromContext returns d.
-// Use it to test such a handler on its own.
+// ContextWithDecision returns ctx carrying d for DecisionFromContext, to test a
+// WithDeniedHandler handler on its own.
 func ContextWithDecision(ctx context.Context, d Decision) context.Context {
 	return context.WithValue(ctx, decisionKey{}, d)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 // allowRespond is the middleware of a framework without a net/http slot
@@ -60,7 +61,7 @@ func TestRespondWritesWhatHandlerWrites(t *testing.T) {
 }
 
 // newDownStore is a store that fails every call.
-func newDownStore() addrlimit.Store {
+func newDownStore() store.Store {
 	s := newFailingStore()
 	s.down.Store(true)
 	return s
@@ -170,12 +171,12 @@ func TestDecisionInContextReachesTheHandlerOnlyWhenAskedFor(t *testing.T) {
 
 // refundRecorder is a memory store that records the n of every Refund.
 type refundRecorder struct {
-	addrlimit.Store
+	store.Store
 	mu sync.Mutex
 	ns []int
 }
 
-func (s *refundRecorder) Refund(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+func (s *refundRecorder) Refund(ctx context.Context, key string, p addrlimit.Policy, n int) (store.Result, error) {
 	s.mu.Lock()
 	s.ns = append(s.ns, n)
 	s.mu.Unlock()

@@ -1,64 +1,34 @@
 package addrlimit
 
-// Stats is a snapshot of a Limiter's counters, all since New. The decision
-// and error counters are exact: each counts every decision that had
-// returned when Stats was called (and may count some still under way).
+// Stats is a snapshot of a Limiter's counters since New.
 type Stats struct {
-	// Decisions by outcome, all policies together. Limited includes dry-run
-	// decisions.
-	Allowed, Limited, Exempt uint64
-	// Refunded counts allowed requests whose tokens WithRefund or
-	// Limiter.Refund gave back.
-	Refunded uint64
-	// CredentialedLimited counts Limited requests that carried an
-	// Authorization header. It is a hint, not proof: anyone can send
-	// "Authorization: Bearer junk".
-	CredentialedLimited uint64
-	// RetiredTokenLimited counts Limited requests that carried a secret the
-	// internal token has retired (InternalToken.WithRetired). Only your own
-	// services know those secrets, so this is the signal to alert on: one of
-	// them is being throttled because it still sends an old secret.
-	RetiredTokenLimited uint64
-	// KeyErrors counts requests whose key, policy or cost was not clean (see
-	// ErrNoClientAddress and its siblings); each was still charged (to a
-	// fallback key, policy or cost), or refused (ErrCostOverBurst).
-	// StoreErrors counts failed Store calls: of decisions (then the failure
-	// policy decided) and of refunds.
+	// Allowed, Limited (dry runs included) and Exempt decisions; Refunded
+	// counts refunds.
+	Allowed, Limited, Exempt, Refunded uint64
+	// Limited calls with Authorization values (a hint: anyone can send
+	// them), and with a retired secret (one of your services: alert).
+	CredentialedLimited, RetiredTokenLimited uint64
+	// KeyErrors: a key, policy or cost not clean; StoreErrors: failed Store
+	// calls.
 	KeyErrors, StoreErrors uint64
-	// Keys is the number of exact buckets held in this process's memory,
-	// all policies together: the buckets themselves, or, with a Store given
-	// to WithStore, the local mirror and fallback kept under FailLocal (none
-	// under FailOpen or FailClosed), never the store's own buckets.
-	// Evictions counts buckets moved from the exact table into the
-	// approximate memory to make room for new keys.
+	// Keys: exact buckets in this process's memory (for a Store, its local
+	// mirror); Evictions: moved to the approximate memory.
 	Keys      int
 	Evictions uint64
-	// ApproxKeys estimates how many keys' state lives only in the
-	// approximate memory, and ApproxFill is the fraction of its cells that
-	// still hold a time in the future, in the fullest policy's table (0 until
-	// a table first fills). A rising ApproxFill means an address flood; near
-	// 1, newcomers start to share limits with the flood.
+	// ApproxKeys estimates the keys only the approximate memory holds;
+	// ApproxFill rises towards 1 in an address flood.
 	ApproxKeys int
 	ApproxFill float64
-	// Policies breaks the decisions down by policy: the default one first.
-	Policies []PolicyStats
-	// Identities breaks Exempt and RetiredTokenLimited down by the
-	// identities of the internal token (NewIdentities), in their order; the
-	// anonymous secrets are counted only in the totals. Nil without
-	// identities.
-	Identities []IdentityStats
+	Policies   []PolicyStats   // the default first
+	Identities []IdentityStats // of NewIdentities
 }
 
 // PolicyStats are the counters of one policy.
 type PolicyStats struct {
 	Name             string
 	Allowed, Limited uint64
-	// Limits breaks Limited down by the limit that denied (Decision.Limit),
-	// one entry per limit in the policy's order. The denials that no limit
-	// made (FailClosed, a cost over the burst: Decision.QuotaUnknown) are
-	// in Limited only.
-	Limits []LimitStats
-	Keys   int
+	Limits           []LimitStats // Limited by the limit that denied
+	Keys             int
 }
 
 // LimitStats are the counters of one limit of a policy.
@@ -67,11 +37,8 @@ type LimitStats struct {
 	Limited uint64
 }
 
-// Stats returns the counters. It is safe to call concurrently with requests
-// and suits expvar.Func or a metrics collector that reads it at scrape time:
-// it briefly locks each shard of each policy's table (256 at the default
-// cap) and scans nothing, as the approximate memory counts its live cells
-// as it is written (docs/memory.md gives its cost during a flood).
+// Stats returns the counters, for expvar.Func or a collector at scrape time: it
+// briefly locks each table shard and scans nothing.
 func (l *Limiter) Stats() Stats {
 	l.mustBeBuilt()
 	s := Stats{

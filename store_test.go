@@ -8,27 +8,27 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 	"github.com/addrlimit/addrlimit/storetest"
 )
 
 func TestMemoryStoreConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
-		New:    func(t *testing.T) addrlimit.Store { return addrlimit.NewTestMemoryStore(1000) },
+		New:    func(t *testing.T) store.Store { return addrlimit.NewTestMemoryStore(1000) },
 		Bubble: true,
 	})
 }
 
-// A remote store behind FailOpen and FailClosed, as New puts a WithStore
-// Store, passes the suite: the wrapper changes nothing while the store
-// answers. (storetest.Run itself runs every store behind FailLocal.)
+// A store behind a Limiter under FailOpen and FailClosed passes the suite:
+// the failure policy changes nothing while the store answers.
+// (storetest.Run itself runs every store behind FailLocal.)
 func TestFailoverConformance(t *testing.T) {
 	for _, p := range []addrlimit.FailurePolicy{addrlimit.FailOpen, addrlimit.FailClosed} {
 		t.Run(p.String(), func(t *testing.T) {
 			storetest.Run(t, storetest.Harness{
-				New: func(t *testing.T) addrlimit.Store {
-					return addrlimit.NewTestFailover(addrlimit.NewTestMemoryStore(1000), p, 1000)
-				},
-				Bubble: true,
+				New:     func(t *testing.T) store.Store { return addrlimit.NewTestMemoryStore(1000) },
+				Bubble:  true,
+				Failure: p,
 			})
 		})
 	}
@@ -37,7 +37,7 @@ func TestFailoverConformance(t *testing.T) {
 // boundedStore refuses policies whose burst × interval exceeds max, as a
 // remote store with bounded arithmetic does.
 type boundedStore struct {
-	addrlimit.Store
+	store.Store
 	max     time.Duration
 	checked []addrlimit.Policy
 }
@@ -72,11 +72,11 @@ func TestNewRefusesPoliciesTheStoreCannotRepresent(t *testing.T) {
 
 // cancelSensitiveStore fails every call whose context is done, as a remote
 // store does.
-type cancelSensitiveStore struct{ addrlimit.Store }
+type cancelSensitiveStore struct{ store.Store }
 
-func (s cancelSensitiveStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+func (s cancelSensitiveStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (store.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return addrlimit.Result{}, err
+		return store.Result{}, err
 	}
 	return s.Store.Take(ctx, key, p, n)
 }
@@ -107,12 +107,12 @@ type ctxProbeKey struct{}
 
 // ctxProbeStore records what the context of each Take carries.
 type ctxProbeStore struct {
-	addrlimit.Store
+	store.Store
 	value       any
 	hasDeadline bool
 }
 
-func (s *ctxProbeStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+func (s *ctxProbeStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (store.Result, error) {
 	s.value = ctx.Value(ctxProbeKey{})
 	_, s.hasDeadline = ctx.Deadline()
 	return s.Store.Take(ctx, key, p, n)

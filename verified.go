@@ -13,33 +13,12 @@ import (
 	"strings"
 )
 
-// VerifiedPeers recognises your own services by the client certificate that
-// the TLS server verified (mutual TLS): by the SPIFFE ID of an X.509-SVID,
-// or by the certificate's subject. Exempt them from the limit with
-//
-//	peers, err := addrlimit.NewVerifiedPeers("spiffe://prod.example/ns/edge/sa/gateway")
-//	lim, err := addrlimit.New(300, time.Minute, addrlimit.WithExempt(peers.Match))
-//
-// or give them a policy of their own with Selector; grpclimit.VerifiedPeer
-// does the same for gRPC calls.
-//
-// Only a chain that crypto/tls verified counts
-// (tls.ConnectionState.VerifiedChains): the server's tls.Config must set
-// ClientCAs and ClientAuth to tls.RequireAndVerifyClientCert or
-// tls.VerifyClientCertIfGiven. Under tls.RequestClientCert or
-// tls.RequireAnyClientCert the client's certificates are not verified, so
-// whatever they say gives no pass (PeerCertificates is what the client
-// sent, and so is grpc-go's credentials.TLSInfo.SPIFFEID, taken from it).
-// A chain that fails verification (unknown CA, self-signed, expired) fails
-// the handshake, so its request never reaches the Limiter. The identity is
-// read from the leaf, the certificate the client proved it holds the key
-// of. Anyone whose certificate your ClientCAs would verify with a matching
-// identity has the bypass: trust only CAs that issue such identities to
-// your services.
-//
-// A VerifiedPeers is immutable and safe for concurrent use; matching
-// allocates nothing (Identity allocates only for a wildcard match). A nil
-// *VerifiedPeers matches nothing.
+// VerifiedPeers recognises your own services by a client certificate that
+// crypto/tls verified (mutual TLS; unverified certificates give no pass), by
+// the leaf's SPIFFE ID or subject: exempt them with WithExempt(peers.Match), or
+// give them a policy with Selector. Trust only CAs that issue such identities
+// to your services. A nil *VerifiedPeers matches nothing; it is immutable and
+// safe for concurrent use.
 type VerifiedPeers struct {
 	spiffe   []spiffeRule
 	subjects []subjectRule
@@ -69,31 +48,12 @@ type dnAttr struct {
 // implementations must support (SPIFFE-ID §2.3).
 const maxSPIFFEIDLen = 2048
 
-// NewVerifiedPeers returns a matcher for the verified client certificates
-// that carry one of identities. Each identity is one of:
-//
-//   - a SPIFFE ID, "spiffe://trust-domain/path": a leaf whose only URI SAN
-//     is exactly that ID (an X.509-SVID has exactly one; a leaf with two, or
-//     a CA certificate, matches no SPIFFE ID). Parsing is strict, per the
-//     SPIFFE ID standard: the scheme "spiffe://" in lower case; a trust
-//     domain of lower-case letters, digits, '.', '-' and '_', without
-//     userinfo or port; a non-empty path of segments of letters, digits,
-//     '.', '-' and '_' (no empty, "." or ".." segment, no trailing '/', no
-//     percent-encoding); no query or fragment; at most 2048 bytes. IDs are
-//     compared byte for byte.
-//   - a SPIFFE ID whose last segment is "*", "spiffe://trust-domain/ns/edge/*":
-//     every valid ID under that path (one segment or more below it), and
-//     "spiffe://trust-domain/*" every ID of the trust domain.
-//   - a distinguished name, "CN=gateway,OU=edge,O=Example Corp": a leaf
-//     whose subject has exactly these attributes, in any order (RDN
-//     grouping aside), values compared byte for byte. Attribute types are
-//     CN, SERIALNUMBER, C, L, ST, STREET, O, OU, POSTALCODE or a dotted
-//     OID; values are escaped as in RFC 4514 (\, for a comma, \2C, …) and a
-//     value in #hex form is not supported. cert.Subject.String() prints a
-//     certificate's.
-//
-// Errors name the identity that is wrong (by position and text: these are
-// not secrets) and why.
+// NewVerifiedPeers returns a matcher for verified client certificates with
+// one of identities: a SPIFFE ID ("spiffe://domain/path", parsed strictly,
+// matching a leaf whose only URI SAN it is), one ending in "/*" (every ID
+// below), or a distinguished name ("CN=gateway,O=Example Corp", RFC 4514
+// escapes, the subject's exact attributes in any order). Errors name the
+// identity that is wrong and why.
 func NewVerifiedPeers(identities ...string) (*VerifiedPeers, error) {
 	if len(identities) == 0 {
 		return nil, errors.New("addrlimit: NewVerifiedPeers needs at least one identity")
@@ -124,23 +84,20 @@ func NewVerifiedPeers(identities ...string) (*VerifiedPeers, error) {
 	return p, nil
 }
 
-// Match reports whether r came over TLS with a verified client certificate
-// chain whose leaf has one of p's identities: use it as WithExempt(p.Match).
+// Match reports whether r's verified client certificate has one of p's
+// identities.
 func (p *VerifiedPeers) Match(r *http.Request) bool {
 	return p.MatchState(r.TLS)
 }
 
-// MatchState reports whether cs (nil for a connection without TLS) has a
-// verified client certificate chain whose leaf has one of p's identities.
+// MatchState is Match for a connection's state (nil without TLS).
 func (p *VerifiedPeers) MatchState(cs *tls.ConnectionState) bool {
 	_, _, ok := p.match(cs)
 	return ok
 }
 
-// Identity returns the identity of p that the verified leaf of cs matched:
-// the SPIFFE ID or distinguished name as configured, or for a wildcard the
-// leaf's own SPIFFE ID. It reports false when nothing matched (no TLS, no
-// verified chain, no matching identity).
+// Identity returns the identity of p that cs's verified leaf matched (for a
+// wildcard, the leaf's own SPIFFE ID), or false.
 func (p *VerifiedPeers) Identity(cs *tls.ConnectionState) (string, bool) {
 	leaf, id, ok := p.match(cs)
 	if ok && id == "" { // a wildcard: the leaf's own ID, valid as match checked
@@ -150,13 +107,9 @@ func (p *VerifiedPeers) Identity(cs *tls.ConnectionState) (string, bool) {
 	return id, ok
 }
 
-// Selector returns a PolicySelector that charges requests from p's
-// identities to the Limiter's policy named policy (added with WithPolicy),
-// each identity in its own bucket keyed by Identity ("spiffe://…" or the
-// distinguished name: no address looks like either), and leaves every
-// other request to the default policy and the KeyFunc. As for any
-// selector, a policy the Limiter lacks is charged to the default policy
-// with ErrUnknownPolicy in Decision.Err.
+// Selector returns a PolicySelector that charges p's identities to the named
+// policy, each in a bucket keyed by its Identity (no address looks like one),
+// and leaves other requests to the default policy and the KeyFunc.
 func (p *VerifiedPeers) Selector(policy string) PolicySelector {
 	return func(r *http.Request) (string, string, error) {
 		if id, ok := p.Identity(r.TLS); ok {

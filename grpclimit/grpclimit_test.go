@@ -13,6 +13,7 @@ import (
 
 	"github.com/addrlimit/addrlimit"
 	"github.com/addrlimit/addrlimit/grpclimit"
+	"github.com/addrlimit/addrlimit/store"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -368,14 +369,14 @@ type failingStore struct{}
 
 var errStore = errors.New("store down: secret-internal-detail")
 
-func (failingStore) Take(context.Context, string, addrlimit.Policy, int) (addrlimit.Result, error) {
-	return addrlimit.Result{}, errStore
+func (failingStore) Take(context.Context, string, addrlimit.Policy, int) (store.Result, error) {
+	return store.Result{}, errStore
 }
-func (failingStore) Refund(context.Context, string, addrlimit.Policy, int) (addrlimit.Result, error) {
-	return addrlimit.Result{}, errStore
+func (failingStore) Refund(context.Context, string, addrlimit.Policy, int) (store.Result, error) {
+	return store.Result{}, errStore
 }
-func (failingStore) Peek(context.Context, string, addrlimit.Policy) (addrlimit.Result, error) {
-	return addrlimit.Result{}, errStore
+func (failingStore) Peek(context.Context, string, addrlimit.Policy) (store.Result, error) {
+	return store.Result{}, errStore
 }
 func (failingStore) Reset(context.Context, string, addrlimit.Policy) error { return errStore }
 

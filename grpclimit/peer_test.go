@@ -11,6 +11,7 @@ import (
 
 	"github.com/addrlimit/addrlimit"
 	"github.com/addrlimit/addrlimit/grpclimit"
+	"github.com/addrlimit/addrlimit/store"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -106,11 +107,11 @@ func callUnary(gl *grpclimit.Interceptor, ctx context.Context) (bool, error) {
 // ctxStore fails when the context it is given is done.
 type ctxStore struct{ failingStore }
 
-func (ctxStore) Take(ctx context.Context, _ string, p addrlimit.Policy, _ int) (addrlimit.Result, error) {
+func (ctxStore) Take(ctx context.Context, _ string, p addrlimit.Policy, _ int) (store.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return addrlimit.Result{}, err
+		return store.Result{}, err
 	}
-	return addrlimit.Result{Allowed: true, Remaining: p.Limits[0].Burst - 1}, nil
+	return store.Result{Allowed: true, Remaining: p.Limits[0].Burst - 1}, nil
 }
 
 // A client that hangs up (a cancelled call context) must not make the

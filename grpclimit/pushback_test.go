@@ -10,6 +10,7 @@ import (
 
 	"github.com/addrlimit/addrlimit"
 	"github.com/addrlimit/addrlimit/grpclimit"
+	"github.com/addrlimit/addrlimit/store"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -21,8 +22,8 @@ import (
 // Duration range, as a custom Store may to mean "blocked for good".
 type hugeStore struct{ failingStore }
 
-func (hugeStore) Take(_ context.Context, _ string, p addrlimit.Policy, _ int) (addrlimit.Result, error) {
-	return addrlimit.Result{RetryAfter: math.MaxInt64, ResetAfter: math.MaxInt64}, nil
+func (hugeStore) Take(_ context.Context, _ string, p addrlimit.Policy, _ int) (store.Result, error) {
+	return store.Result{RetryAfter: math.MaxInt64, ResetAfter: math.MaxInt64}, nil
 }
 
 // The pushback trailer of a refusal with the longest delay must not wrap

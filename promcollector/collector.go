@@ -4,7 +4,7 @@
 // The collector reads Limiter.Stats once per scrape, so it adds nothing to the
 // request path: no observer, no per-request allocation, no per-key label. The
 // cardinality is fixed by the limiter's configuration: 3 series per policy,
-// 1 per limit of a policy (at most addrlimit.MaxLimits), 2 per named
+// 1 per limit of a policy (at most 4, store.MaxLimits), 2 per named
 // internal identity (addrlimit.NewIdentities, at most 64), plus 9. Several
 // limiters can share a registry when each collector has its
 // own name, exported as the constant label "limiter".

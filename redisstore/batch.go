@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 // The batcher sends concurrent calls to Redis together.
@@ -60,11 +60,11 @@ type call struct {
 	limits   int // how many of interval and burst are used
 	op       int
 	n        int64
-	interval [addrlimit.MaxLimits]int64 // in whole µs
-	burst    [addrlimit.MaxLimits]int64
-	br       *breaker                       // of the node that holds key
-	reply    [1 + addrlimit.MaxLimits]int64 // allowed, then each limit's µs until full
-	sent     time.Time                      // when the round trip that answered it was sent
+	interval [store.MaxLimits]int64 // in whole µs
+	burst    [store.MaxLimits]int64
+	br       *breaker                   // of the node that holds key
+	reply    [1 + store.MaxLimits]int64 // allowed, then each limit's µs until full
+	sent     time.Time                  // when the round trip that answered it was sent
 	err      error
 	lead     chan bool // queued calls only, buffered: true = lead, false = answered
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 // denyCache remembers, per key, the buckets' state of Redis's last denial
@@ -38,7 +39,7 @@ type denial struct {
 	until time.Time // the entry is dropped then
 	// full holds, per limit, when its bucket is full again (its
 	// theoretical arrival time), as an offset from until.
-	full [addrlimit.MaxLimits]time.Duration
+	full [store.MaxLimits]time.Duration
 }
 
 // allowedAt returns when a Take of n tokens can succeed under p, unless
@@ -65,9 +66,9 @@ func newDenyCache(max int) *denyCache {
 // lookup returns the denied Result of a Take of n tokens for key under p
 // at now if the remembered state proves that n tokens do not exist yet in
 // some limit.
-func (c *denyCache) lookup(key string, now time.Time, n int, p addrlimit.Policy) (addrlimit.Result, bool) {
+func (c *denyCache) lookup(key string, now time.Time, n int, p addrlimit.Policy) (store.Result, bool) {
 	if c == nil {
-		return addrlimit.Result{}, false
+		return store.Result{}, false
 	}
 	c.mu.Lock()
 	d, ok := c.entries[key]
@@ -77,9 +78,9 @@ func (c *denyCache) lookup(key string, now time.Time, n int, p addrlimit.Policy)
 	}
 	c.mu.Unlock()
 	if !ok || !now.Before(d.allowedAt(p, n)) {
-		return addrlimit.Result{}, false
+		return store.Result{}, false
 	}
-	var resets [addrlimit.MaxLimits]time.Duration
+	var resets [store.MaxLimits]time.Duration
 	for i := range p.Limits {
 		resets[i] = max(d.until.Add(d.full[i]).Sub(now), 0)
 	}
@@ -90,7 +91,7 @@ func (c *denyCache) lookup(key string, now time.Time, n int, p addrlimit.Policy)
 // tokens under p sent at sent: a denial is remembered, an answer for a
 // remembered key updates its state. sent is no later than Redis's clock
 // when it answered, so the cache never denies longer than Redis would.
-func (c *denyCache) remember(key string, sent time.Time, res addrlimit.Result, n int, p addrlimit.Policy) {
+func (c *denyCache) remember(key string, sent time.Time, res store.Result, n int, p addrlimit.Policy) {
 	if c == nil {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 // A flood of limited keys cannot grow the deny cache past its size, and
@@ -14,7 +15,7 @@ func TestDenyCacheIsBounded(t *testing.T) {
 	c := newDenyCache(100)
 	now := time.Unix(1_700_000_000, 0)
 	// Burst 60 of 1/s, empty: one token in 1s.
-	denied := addrlimit.Result{RetryAfter: time.Second, ResetAfter: time.Minute}
+	denied := store.Result{RetryAfter: time.Second, ResetAfter: time.Minute}
 	for i := range 10_000 {
 		c.remember(fmt.Sprint("k", i), now, one(denied), 1, pol(60, time.Second))
 	}
@@ -39,7 +40,7 @@ func TestDenyCacheIsBounded(t *testing.T) {
 		t.Fatal("expired denial served")
 	}
 	// A denial without a wait is not cached; a nil cache is a no-op.
-	c.remember("zero", later, one(addrlimit.Result{}), 1, pol(60, time.Second))
+	c.remember("zero", later, one(store.Result{}), 1, pol(60, time.Second))
 	if _, ok := c.lookup("zero", later, 1, pol(60, time.Second)); ok {
 		t.Fatal("zero RetryAfter cached")
 	}
@@ -60,7 +61,7 @@ func TestDenyCacheDeniesEveryCostItCanProve(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	// Burst 5 of 1/s, full again in 3.6s: 1.4 tokens. A Take of 3 is denied
 	// (RetryAfter 1.6s) with 1 left.
-	c.remember("k", now, one(addrlimit.Result{Remaining: 1, RetryAfter: 1600 * time.Millisecond, ResetAfter: 3600 * time.Millisecond}), 3, pol(5, time.Second))
+	c.remember("k", now, one(store.Result{Remaining: 1, RetryAfter: 1600 * time.Millisecond, ResetAfter: 3600 * time.Millisecond}), 3, pol(5, time.Second))
 	for _, tc := range []struct {
 		at     time.Duration
 		n      int
@@ -87,11 +88,11 @@ func TestDenyCacheDeniesEveryCostItCanProve(t *testing.T) {
 	}
 	// Empty, then an allowed answer (through this store, after a refund
 	// elsewhere, say) updates the state: full again in 2s, so 3 tokens.
-	c.remember("k", now, one(addrlimit.Result{RetryAfter: 2 * time.Second, ResetAfter: 6 * time.Second}), 2, pol(5, time.Second))
+	c.remember("k", now, one(store.Result{RetryAfter: 2 * time.Second, ResetAfter: 6 * time.Second}), 2, pol(5, time.Second))
 	if _, ok := c.lookup("k", now, 1, pol(5, time.Second)); !ok {
 		t.Fatal("empty bucket not denied")
 	}
-	c.remember("k", now, one(addrlimit.Result{Allowed: true, Remaining: 3, ResetAfter: 2 * time.Second}), 1, pol(5, time.Second))
+	c.remember("k", now, one(store.Result{Allowed: true, Remaining: 3, ResetAfter: 2 * time.Second}), 1, pol(5, time.Second))
 	if res, ok := c.lookup("k", now, 4, pol(5, time.Second)); !ok || res.Remaining != 3 || res.RetryAfter != time.Second {
 		t.Fatalf("Take of 4 after the update: %+v %v", res, ok)
 	}
@@ -110,7 +111,7 @@ func pol(burst int, interval time.Duration) addrlimit.Policy {
 }
 
 // one is res of a policy of one limit, with its Resets filled in.
-func one(res addrlimit.Result) addrlimit.Result {
+func one(res store.Result) store.Result {
 	res.Resets[0] = res.ResetAfter
 	return res
 }
@@ -125,7 +126,7 @@ func TestDenyCacheProvesAcrossEveryLimit(t *testing.T) {
 		{Name: "s", Burst: 5, Interval: time.Second}, // full in 1s: 4 tokens
 		{Name: "h", Burst: 3, Interval: time.Hour},   // full in 2h30m: 0.5 token
 	}}
-	denied := p.Result(false, 1, [addrlimit.MaxLimits]time.Duration{time.Second, 150 * time.Minute})
+	denied := p.Result(false, 1, [store.MaxLimits]time.Duration{time.Second, 150 * time.Minute})
 	c.remember("k", now, denied, 1, p)
 	res, ok := c.lookup("k", now.Add(time.Minute), 1, p)
 	if !ok || res.Allowed || res.Remaining != 0 || res.RetryAfter != 29*time.Minute || res.Resets[0] != 0 || res.Resets[1] != 149*time.Minute {
@@ -136,7 +137,7 @@ func TestDenyCacheProvesAcrossEveryLimit(t *testing.T) {
 	}
 	// Limit s alone denies a Take of 3 (2 tokens) although limit h is full.
 	c.forget("k")
-	denied = p.Result(false, 3, [addrlimit.MaxLimits]time.Duration{3 * time.Second, 0})
+	denied = p.Result(false, 3, [store.MaxLimits]time.Duration{3 * time.Second, 0})
 	c.remember("k", now, denied, 3, p)
 	if res, ok := c.lookup("k", now.Add(500*time.Millisecond), 3, p); !ok || res.RetryAfter != 500*time.Millisecond {
 		t.Fatalf("Take of 3 with limit s at 2.5 tokens: %+v %v, want denied for 500ms", res, ok)

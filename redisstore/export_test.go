@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -45,4 +45,4 @@ func RunScript(ctx context.Context, c redis.Scripter, key string, args ...any) e
 }
 
 // LeaseKey returns the Redis key of l's in-flight slots.
-func (s *Store) LeaseKey(l addrlimit.Lease) (string, error) { return s.leaseKey(l) }
+func (s *Store) LeaseKey(l store.Lease) (string, error) { return s.leaseKey(l) }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/addrlimit/addrlimit"
 	"github.com/addrlimit/addrlimit/redisstore"
+	"github.com/addrlimit/addrlimit/store"
 	"github.com/addrlimit/addrlimit/storetest"
 	"github.com/redis/go-redis/v9"
 )
@@ -45,7 +46,7 @@ func conformance(t *testing.T, newClient func(t testing.TB) redis.UniversalClien
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			storetest.Run(t, storetest.Harness{
-				New: func(t *testing.T) addrlimit.Store {
+				New: func(t *testing.T) store.Store {
 					return newStore(t, newClient(t), append(v.opts, redisstore.WithClock(time.Now))...)
 				},
 				Bubble: true,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -116,11 +117,11 @@ return res
 // inflight is the store's in-flight script, on Redis TIME.
 var inflight = &script{Script: redis.NewScript(redisTime + inflightBody)}
 
-// LeaseTime implements addrlimit.InFlightStore: the lease time set by
+// LeaseTime implements store.InFlightStore: the lease time set by
 // WithLeaseTime.
 func (s *Store) LeaseTime() time.Duration { return s.lease }
 
-// Acquire implements addrlimit.InFlightStore in one script call (its own
+// Acquire implements store.InFlightStore in one script call (its own
 // round trip, not batched with other calls). A lease needs an ID of 1 to
 // 200 bytes and a policy name that a Policy would accept (or none), and
 // limit must be at least 1. It drops the lapsed leases of
@@ -131,7 +132,7 @@ func (s *Store) LeaseTime() time.Duration { return s.lease }
 // back at any moment by any instance. Errors start with "redisstore: "; the
 // timeout and the circuit breaker apply as for Take, and a slot taken by a
 // call whose answer was lost lapses with its lease.
-func (s *Store) Acquire(ctx context.Context, l addrlimit.Lease, limit int) (held int, ok bool, err error) {
+func (s *Store) Acquire(ctx context.Context, l store.Lease, limit int) (held int, ok bool, err error) {
 	if limit < 1 {
 		return 0, false, fmt.Errorf("redisstore: in-flight limit must be at least 1, got %d", limit)
 	}
@@ -159,14 +160,14 @@ func (s *Store) Acquire(ctx context.Context, l addrlimit.Lease, limit int) (held
 	return int(n), a == 1, nil
 }
 
-// Release implements addrlimit.InFlightStore in one round trip (ZREM of
+// Release implements store.InFlightStore in one round trip (ZREM of
 // l.ID, which removes that member only, once: releasing twice, or a lease
 // that lapsed and whose slot another ID took since, frees nothing else).
 // An error (Redis unreachable, the timeout, an open circuit; it starts
 // with "redisstore: ") leaves the lease held until it lapses, at most
 // LeaseTime after its last renewal: a Release that fails is not retried by
 // the store, and never leaks a slot for longer than that.
-func (s *Store) Release(ctx context.Context, l addrlimit.Lease) error {
+func (s *Store) Release(ctx context.Context, l store.Lease) error {
 	key, err := s.leaseKey(l)
 	if err != nil {
 		return err
@@ -176,7 +177,7 @@ func (s *Store) Release(ctx context.Context, l addrlimit.Lease) error {
 	})
 }
 
-// Renew implements addrlimit.InFlightStore in one round trip for all of ls:
+// Renew implements store.InFlightStore in one round trip for all of ls:
 // on a single Redis, one script call per 256 leases, in one pipeline;
 // otherwise (Cluster, Ring) one script call per lease, in one pipeline,
 // which go-redis sends to each key's node, so no call spans two slots. A
@@ -184,7 +185,7 @@ func (s *Store) Release(ctx context.Context, l addrlimit.Lease) error {
 // that lapsed is not taken again. Invalid leases (see Acquire) and leases
 // on a node whose circuit is open are not sent. The error (starting with "redisstore: ") says how many
 // leases may not have been renewed and the first reason; the others were.
-func (s *Store) Renew(ctx context.Context, ls []addrlimit.Lease) error {
+func (s *Store) Renew(ctx context.Context, ls []store.Lease) error {
 	if len(ls) == 0 {
 		return nil
 	}
@@ -196,7 +197,7 @@ func (s *Store) Renew(ctx context.Context, ls []addrlimit.Lease) error {
 		}
 	}
 	// An invalid lease fails alone; the valid ones are renewed.
-	valid, keys := make([]addrlimit.Lease, 0, len(ls)), make([]string, 0, len(ls))
+	valid, keys := make([]store.Lease, 0, len(ls)), make([]string, 0, len(ls))
 	for _, l := range ls {
 		k, err := s.leaseKey(l)
 		if err != nil {
@@ -338,7 +339,7 @@ func (s *Store) roundTripTo(ctx context.Context, nodes []*breaker, pipelined boo
 
 // leaseKey returns the Redis key of l's slots, or an error naming what
 // makes l invalid.
-func (s *Store) leaseKey(l addrlimit.Lease) (string, error) {
+func (s *Store) leaseKey(l store.Lease) (string, error) {
 	if l.ID == "" || len(l.ID) > maxLeaseID {
 		return "", fmt.Errorf("redisstore: lease ID must be 1 to %d bytes, got %d", maxLeaseID, len(l.ID))
 	}
@@ -354,4 +355,4 @@ func (s *Store) leaseKey(l addrlimit.Lease) (string, error) {
 // nameCheck is a valid limit, so that Policy.Validate checks a name alone.
 var nameCheck = [1]addrlimit.Limit{{Burst: 1, Interval: time.Second}}
 
-var _ addrlimit.InFlightStore = (*Store)(nil)
+var _ store.InFlightStore = (*Store)(nil)

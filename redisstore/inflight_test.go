@@ -19,6 +19,7 @@ import (
 
 	"github.com/addrlimit/addrlimit"
 	"github.com/addrlimit/addrlimit/redisstore"
+	"github.com/addrlimit/addrlimit/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -34,7 +35,7 @@ func serverTime(t testing.TB, c redis.UniversalClient) time.Time {
 
 // expiry returns the expiry of l's lease as the store scored it, and
 // whether l holds one.
-func expiry(t testing.TB, c redis.UniversalClient, s *redisstore.Store, l addrlimit.Lease) (time.Time, bool) {
+func expiry(t testing.TB, c redis.UniversalClient, s *redisstore.Store, l store.Lease) (time.Time, bool) {
 	t.Helper()
 	score, err := c.ZScore(context.Background(), leaseKey(t, s, l), l.ID).Result()
 	if errors.Is(err, redis.Nil) {
@@ -47,7 +48,7 @@ func expiry(t testing.TB, c redis.UniversalClient, s *redisstore.Store, l addrli
 }
 
 // leaseKey returns the Redis key of l's slots (l.ID may be empty).
-func leaseKey(t testing.TB, s *redisstore.Store, l addrlimit.Lease) string {
+func leaseKey(t testing.TB, s *redisstore.Store, l store.Lease) string {
 	t.Helper()
 	if l.ID == "" {
 		l.ID = "any"
@@ -61,7 +62,7 @@ func leaseKey(t testing.TB, s *redisstore.Store, l addrlimit.Lease) string {
 
 // zcard returns how many leases the set of l's slots holds, lapsed ones
 // not yet dropped included.
-func zcard(t testing.TB, c redis.UniversalClient, s *redisstore.Store, l addrlimit.Lease) int64 {
+func zcard(t testing.TB, c redis.UniversalClient, s *redisstore.Store, l store.Lease) int64 {
 	t.Helper()
 	n, err := c.ZCard(context.Background(), leaseKey(t, s, l)).Result()
 	if err != nil {
@@ -70,7 +71,7 @@ func zcard(t testing.TB, c redis.UniversalClient, s *redisstore.Store, l addrlim
 	return n
 }
 
-func acquire(t testing.TB, s *redisstore.Store, l addrlimit.Lease, limit int) (int, bool) {
+func acquire(t testing.TB, s *redisstore.Store, l store.Lease, limit int) (int, bool) {
 	t.Helper()
 	held, ok, err := s.Acquire(context.Background(), l, limit)
 	if err != nil {
@@ -79,7 +80,7 @@ func acquire(t testing.TB, s *redisstore.Store, l addrlimit.Lease, limit int) (i
 	return held, ok
 }
 
-func release(t testing.TB, s *redisstore.Store, l addrlimit.Lease) {
+func release(t testing.TB, s *redisstore.Store, l store.Lease) {
 	t.Helper()
 	if err := s.Release(context.Background(), l); err != nil {
 		t.Fatalf("Release(%+v): %v", l, err)
@@ -97,9 +98,9 @@ func TestInFlightTwoInstancesShareNExactly(t *testing.T) {
 	hour := redisstore.WithLeaseTime(time.Hour) // no lease lapses during the test
 	fleet := []*redisstore.Store{newStore(t, shared.client(t), prefix, hour), newStore(t, shared.client(t), prefix, hour)}
 	obs := shared.client(t)
-	base := addrlimit.Lease{Policy: "export", Key: "198.51.100.7"}
+	base := store.Lease{Policy: "export", Key: "198.51.100.7"}
 
-	var won []addrlimit.Lease
+	var won []store.Lease
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for g := range 128 { // 64 per instance
@@ -187,7 +188,7 @@ func TestInFlightDeadInstanceSlotsReturnWithinTheLease(t *testing.T) {
 	dead := newStore(t, dying, prefix, redisstore.WithLeaseTime(lease))
 	alive := newStore(t, shared.client(t), prefix, redisstore.WithLeaseTime(lease))
 	obs := shared.client(t)
-	base := addrlimit.Lease{Policy: "export", Key: "198.51.100.7"}
+	base := store.Lease{Policy: "export", Key: "198.51.100.7"}
 
 	before := serverTime(t, obs)
 	for i := range n {
@@ -223,7 +224,7 @@ func TestInFlightDeadInstanceSlotsReturnWithinTheLease(t *testing.T) {
 // when each slot came back, after since (server time), and fails if the
 // last came later than the lease time plus 5 s after since, or if nothing
 // was refused (the test then saw nothing).
-func slotsBack(t *testing.T, alive *redisstore.Store, obs *redis.Client, base addrlimit.Lease, expiries []time.Time, since time.Time) []time.Duration {
+func slotsBack(t *testing.T, alive *redisstore.Store, obs *redis.Client, base store.Lease, expiries []time.Time, since time.Time) []time.Duration {
 	t.Helper()
 	lease, n := alive.LeaseTime(), len(expiries)
 	expiries = slices.SortedFunc(slices.Values(expiries), time.Time.Compare)
@@ -283,7 +284,7 @@ func holdSlots(spec string) {
 	if err != nil {
 		panic(err)
 	}
-	var ls []addrlimit.Lease
+	var ls []store.Lease
 	for i := range n {
 		l := holderLease(i)
 		if _, ok, err := s.Acquire(context.Background(), l, n); err != nil || !ok {
@@ -303,8 +304,8 @@ func holdSlots(spec string) {
 // holderName is the Redis client name of the holder process pid.
 func holderName(pid int) string { return fmt.Sprint("inflight-holder-", pid) }
 
-func holderLease(i int) addrlimit.Lease {
-	return addrlimit.Lease{Policy: "export", Key: "198.51.100.7", ID: fmt.Sprint("dead-", i)}
+func holderLease(i int) store.Lease {
+	return store.Lease{Policy: "export", Key: "198.51.100.7", ID: fmt.Sprint("dead-", i)}
 }
 
 // A real instance process, holding 3 slots and renewing them, killed with
@@ -391,8 +392,8 @@ func TestInFlightRenewKeepsALongRequestsSlot(t *testing.T) {
 	const lease = 500 * time.Millisecond
 	s := newStore(t, shared.client(t), redisstore.WithLeaseTime(lease))
 	obs := shared.client(t)
-	long := addrlimit.Lease{Policy: "stream", Key: "198.51.100.7", ID: "long"}
-	other := addrlimit.Lease{Policy: "stream", Key: "198.51.100.7", ID: "other"}
+	long := store.Lease{Policy: "stream", Key: "198.51.100.7", ID: "long"}
+	other := store.Lease{Policy: "stream", Key: "198.51.100.7", ID: "other"}
 	// A renewal needs the test to run within the lease's last two thirds:
 	// a machine that stalls longer makes the lease lapse, as it should;
 	// the run then starts over (three tries).
@@ -413,7 +414,7 @@ func TestInFlightRenewKeepsALongRequestsSlot(t *testing.T) {
 // of the lease time, and checks each renewal. It reports false and why
 // when the test itself ran too late for a renewal (the lease lapsed, and
 // Renew did not take it back).
-func renewFor(t *testing.T, s *redisstore.Store, obs *redis.Client, long, other addrlimit.Lease, d time.Duration) (bool, string) {
+func renewFor(t *testing.T, s *redisstore.Store, obs *redis.Client, long, other store.Lease, d time.Duration) (bool, string) {
 	lease := s.LeaseTime()
 	if _, ok := acquire(t, s, long, 1); !ok {
 		t.Fatal("the first acquisition was refused")
@@ -425,7 +426,7 @@ func renewFor(t *testing.T, s *redisstore.Store, obs *redis.Client, long, other 
 		time.Sleep(lease / 3)
 		pre := serverTime(t, obs)
 		held, _ := expiry(t, obs, s, long)
-		if err := s.Renew(context.Background(), []addrlimit.Lease{long}); err != nil {
+		if err := s.Renew(context.Background(), []store.Lease{long}); err != nil {
 			t.Fatal(err)
 		}
 		post := serverTime(t, obs)
@@ -458,7 +459,7 @@ func TestInFlightReleaseNeverFreesTwice(t *testing.T) {
 	const lease = 200 * time.Millisecond
 	s := newStore(t, shared.client(t), redisstore.WithLeaseTime(lease))
 	obs := shared.client(t)
-	l := func(id string) addrlimit.Lease { return addrlimit.Lease{Policy: "export", Key: "k", ID: id} }
+	l := func(id string) store.Lease { return store.Lease{Policy: "export", Key: "k", ID: id} }
 	want := func(id string, limit int, ok bool, held int) {
 		t.Helper()
 		if gotHeld, gotOK := acquire(t, s, l(id), limit); gotOK != ok || gotHeld != held {
@@ -529,8 +530,8 @@ func TestInFlightReleaseDuringABlipLapses(t *testing.T) {
 	c.AddHook(blip)
 	s := newStore(t, c, redisstore.WithLeaseTime(lease))
 	obs := shared.client(t)
-	a := addrlimit.Lease{Policy: "export", Key: "k", ID: "a"}
-	b := addrlimit.Lease{Policy: "export", Key: "k", ID: "b"}
+	a := store.Lease{Policy: "export", Key: "k", ID: "a"}
+	b := store.Lease{Policy: "export", Key: "k", ID: "b"}
 	acquire(t, s, a, 1)
 	blip.on.Store(true)
 	err := s.Release(context.Background(), a)
@@ -567,11 +568,11 @@ func TestInFlightKeysAndErrors(t *testing.T) {
 	const lease = 2 * time.Second
 	s := newStore(t, shared.client(t), redisstore.WithKeyPrefix(prefix), redisstore.WithLeaseTime(lease))
 	obs := shared.client(t)
-	l := addrlimit.Lease{Policy: "export", Key: "198.51.100.7", ID: "a"}
+	l := store.Lease{Policy: "export", Key: "198.51.100.7", ID: "a"}
 	if got, want := leaseKey(t, s, l), prefix+"export/inflight:k:198.51.100.7"; got != want {
 		t.Fatalf("key %q, want %q", got, want)
 	}
-	long := addrlimit.Lease{Policy: "export", Key: strings.Repeat("x", 201), ID: "a"}
+	long := store.Lease{Policy: "export", Key: strings.Repeat("x", 201), ID: "a"}
 	if got := leaseKey(t, s, long); !strings.HasPrefix(got, prefix+"export/inflight:h:") {
 		t.Fatalf("a 201-byte key is %q, want its SHA-256 under :h:", got)
 	}
@@ -587,14 +588,14 @@ func TestInFlightKeysAndErrors(t *testing.T) {
 		t.Fatalf("LeaseTime() = %v, want %v", s.LeaseTime(), lease)
 	}
 	for _, bad := range []struct {
-		l     addrlimit.Lease
+		l     store.Lease
 		limit int
 		want  string
 	}{
 		{l, 0, "in-flight limit must be at least 1, got 0"},
-		{addrlimit.Lease{Policy: "export", Key: "k"}, 1, "lease ID must be 1 to 200 bytes, got 0"},
-		{addrlimit.Lease{Policy: "export", Key: "k", ID: strings.Repeat("i", 201)}, 1, "lease ID must be 1 to 200 bytes, got 201"},
-		{addrlimit.Lease{Policy: "a/inflight:k:b", Key: "k", ID: "a"}, 1, "has a character outside"},
+		{store.Lease{Policy: "export", Key: "k"}, 1, "lease ID must be 1 to 200 bytes, got 0"},
+		{store.Lease{Policy: "export", Key: "k", ID: strings.Repeat("i", 201)}, 1, "lease ID must be 1 to 200 bytes, got 201"},
+		{store.Lease{Policy: "a/inflight:k:b", Key: "k", ID: "a"}, 1, "has a character outside"},
 	} {
 		_, _, err := s.Acquire(context.Background(), bad.l, bad.limit)
 		if err == nil || !strings.HasPrefix(err.Error(), "redisstore: ") || !strings.Contains(err.Error(), bad.want) {
@@ -602,7 +603,7 @@ func TestInFlightKeysAndErrors(t *testing.T) {
 		}
 	}
 	e, _ := expiry(t, obs, s, l)
-	err = s.Renew(context.Background(), []addrlimit.Lease{{Policy: "export", Key: "k"}, l})
+	err = s.Renew(context.Background(), []store.Lease{{Policy: "export", Key: "k"}, l})
 	if err == nil || !strings.Contains(err.Error(), "renewing 1 of 2 leases") || !strings.Contains(err.Error(), "lease ID must be") {
 		t.Fatalf("Renew of an invalid and a valid lease: %v, want an error about the invalid one", err)
 	}
@@ -630,9 +631,9 @@ func TestInFlightKeysAndErrors(t *testing.T) {
 func TestInFlightRenewIsOneRoundTrip(t *testing.T) {
 	needRedis(t)
 	obs, count, s := countedStore(t, redisstore.WithLeaseTime(time.Minute))
-	var ls []addrlimit.Lease
+	var ls []store.Lease
 	for i := range 600 {
-		l := addrlimit.Lease{Policy: "export", Key: "k" + strconv.Itoa(i%50), ID: strconv.Itoa(i)}
+		l := store.Lease{Policy: "export", Key: "k" + strconv.Itoa(i%50), ID: strconv.Itoa(i)}
 		acquire(t, s, l, 12)
 		ls = append(ls, l)
 	}
@@ -659,10 +660,10 @@ func TestInFlightRenewIsOneRoundTrip(t *testing.T) {
 func inflightOnCluster(t *testing.T, nodes []*redisServer) {
 	c := clusterClient(t, nodes)
 	s := newStore(t, c, redisstore.WithLeaseTime(time.Minute))
-	var ls []addrlimit.Lease
+	var ls []store.Lease
 	masters := map[string]bool{}
 	for i := range 32 {
-		l := addrlimit.Lease{Policy: "export", Key: fmt.Sprint("key-", i), ID: "a"}
+		l := store.Lease{Policy: "export", Key: fmt.Sprint("key-", i), ID: "a"}
 		if i%4 == 0 {
 			l.Key = fmt.Sprintf("{user%d}:export", i)
 		}
@@ -725,7 +726,7 @@ func BenchmarkInFlight(b *testing.B) {
 			before := redisCPU(b, c)
 			var ids atomic.Int64
 			parallel(b, callers, func(i int) error {
-				l := addrlimit.Lease{Policy: "bench", Key: "198.51.100." + strconv.Itoa(i%250), ID: strconv.FormatInt(ids.Add(1), 36)}
+				l := store.Lease{Policy: "bench", Key: "198.51.100." + strconv.Itoa(i%250), ID: strconv.FormatInt(ids.Add(1), 36)}
 				if _, ok, err := s.Acquire(context.Background(), l, 1000); err != nil || !ok {
 					return fmt.Errorf("acquire: %v, %w", ok, err)
 				}
@@ -747,11 +748,11 @@ func TestInFlightBreaker(t *testing.T) {
 	c.AddHook(&calls)
 	s := newStore(t, c, redisstore.WithTimeout(500*time.Millisecond), redisstore.WithBreaker(3, 20*time.Millisecond), redisstore.WithLeaseTime(time.Second))
 	ctx := context.Background()
-	l := addrlimit.Lease{Policy: "export", Key: "k", ID: "a"}
+	l := store.Lease{Policy: "export", Key: "k", ID: "a"}
 	acquire(t, s, l, 2)
 	srv.stop()
 	for i := range 3 {
-		_, _, err := s.Acquire(ctx, addrlimit.Lease{Policy: "export", Key: "k", ID: fmt.Sprint("b", i)}, 2)
+		_, _, err := s.Acquire(ctx, store.Lease{Policy: "export", Key: "k", ID: fmt.Sprint("b", i)}, 2)
 		if err == nil || errors.Is(err, redisstore.ErrCircuitOpen) || !strings.HasPrefix(err.Error(), "redisstore: ") {
 			t.Fatalf("failure %d: %v, want the network error", i+1, err)
 		}
@@ -760,7 +761,7 @@ func TestInFlightBreaker(t *testing.T) {
 	p := addrlimit.Policy{Name: "export", Limits: []addrlimit.Limit{{Burst: 10, Interval: time.Hour}}}
 	for name, f := range map[string]func() error{
 		"Acquire": func() error { _, _, err := s.Acquire(ctx, l, 2); return err },
-		"Renew":   func() error { return s.Renew(ctx, []addrlimit.Lease{l, l}) },
+		"Renew":   func() error { return s.Renew(ctx, []store.Lease{l, l}) },
 		"Release": func() error { return s.Release(ctx, l) },
 		"Take":    func() error { _, err := s.Take(ctx, "k", p, 1); return err },
 	} {

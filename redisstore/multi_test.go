@@ -14,6 +14,7 @@ import (
 
 	"github.com/addrlimit/addrlimit"
 	"github.com/addrlimit/addrlimit/redisstore"
+	"github.com/addrlimit/addrlimit/store"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 )
@@ -57,8 +58,8 @@ func (m *model) take(now time.Time, n int) bool {
 }
 
 // resets returns each limit's time until full at now.
-func (m *model) resets(now time.Time) [addrlimit.MaxLimits]time.Duration {
-	var out [addrlimit.MaxLimits]time.Duration
+func (m *model) resets(now time.Time) [store.MaxLimits]time.Duration {
+	var out [store.MaxLimits]time.Duration
 	for i, l := range m.lims {
 		missing := float64(m.p.Limits[i].Burst) - l.TokensAt(now)
 		out[i] = time.Duration(math.Round(missing * float64(m.p.Limits[i].Interval)))
@@ -70,7 +71,7 @@ func (m *model) resets(now time.Time) [addrlimit.MaxLimits]time.Duration {
 // 1/64 s to 4 s and bursts of 1 to 40.
 func randomPolicy(rng *rand.Rand, name string) addrlimit.Policy {
 	p := addrlimit.Policy{Name: name}
-	k := 1 + rng.IntN(addrlimit.MaxLimits)
+	k := 1 + rng.IntN(store.MaxLimits)
 	for i := range k {
 		p.Limits = append(p.Limits, addrlimit.Limit{
 			Name:     fmt.Sprint("l", i),
@@ -179,7 +180,7 @@ var three = addrlimit.Policy{Name: "api", Limits: []addrlimit.Limit{
 
 // hours rounds each of res's Resets to whole hours (a few ms pass between
 // calls on Redis's clock).
-func hours(res addrlimit.Result) [3]int {
+func hours(res store.Result) [3]int {
 	var h [3]int
 	for i := range h {
 		h[i] = int(res.Resets[i].Round(time.Hour) / time.Hour)
@@ -194,7 +195,7 @@ func hours(res addrlimit.Result) [3]int {
 func TestSeveralLimitsAllOrNothing(t *testing.T) {
 	c, calls, s := countedStore(t)
 	ctx := context.Background()
-	step := func(what string, res addrlimit.Result, err error, allowed bool, remaining int, resets [3]int) {
+	step := func(what string, res store.Result, err error, allowed bool, remaining int, resets [3]int) {
 		t.Helper()
 		if err != nil || res.Allowed != allowed || res.Remaining != remaining || hours(res) != resets {
 			t.Fatalf("%s: %+v %v, want allowed %v, %d left, hours until full %v", what, res, err, allowed, remaining, resets)

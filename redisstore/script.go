@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -186,7 +186,7 @@ func (sc *script) run(ctx context.Context, c redis.Scripter, calls []*call) {
 
 func (sc *script) args(calls []*call) ([]string, []any) {
 	keys := make([]string, len(calls))
-	args := make([]any, argsPerCall*len(calls), argsPerCall*len(calls)+1+2*addrlimit.MaxLimits+1) // one policy, a test clock
+	args := make([]any, argsPerCall*len(calls), argsPerCall*len(calls)+1+2*store.MaxLimits+1) // one policy, a test clock
 	type policy struct {
 		c  *call
 		at any // 1-based index in ARGV, boxed once

@@ -172,7 +172,7 @@ func (s *sentinels) masterPort(t *testing.T) string {
 // primary. Each instance spends on its own the R tokens the bucket held
 // when the primary died, plus rate × D: the pair owes 2(R + rate × D)
 // where the new primary holds R + rate × D, and a debt is charged only down
-// to one burst below empty (addrlimit.DebtStore), so R + rate × D − burst
+// to one burst below empty (store.DebtStore), so R + rate × D − burst
 // is forgiven when positive. With every burst spent first (R = 0, D about
 // 2 s) nothing is: measured −4 to +1 per client. With the burst unspent
 // (the failover after 100 ms of traffic, R about 430): about 130, the

@@ -1,4 +1,4 @@
-// Package redisstore is an addrlimit.Store in Redis, so that a fleet of
+// Package redisstore is an store.Store in Redis, so that a fleet of
 // instances shares one budget per client. It takes a go-redis v9 client
 // (import "github.com/redis/go-redis/v9"):
 //
@@ -36,7 +36,7 @@
 //
 // # In-flight slots
 //
-// The Store is an addrlimit.InFlightStore: a key's slots under a policy
+// The Store is an store.InFlightStore: a key's slots under a policy
 // are one sorted set ("/inflight" after the policy name, then the client
 // part as above), one lease per running request, scored with its expiry
 // in Redis TIME (WithLeaseTime). Acquire is one script call, Release one
@@ -84,6 +84,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -91,6 +92,7 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -108,7 +110,7 @@ const (
 	maxTau = 1 << 50
 )
 
-// Store implements addrlimit.Store on Redis.
+// Store implements store.Store on Redis.
 type Store struct {
 	client     redis.UniversalClient
 	cluster    *redis.ClusterClient // nil unless client is one
@@ -126,6 +128,9 @@ type Store struct {
 	breakers sync.Map // cluster: node address → *breaker
 
 	evictionAccepted bool // WithEvictionAccepted
+
+	// prepared holds the policies validated so far, by name (see prepare).
+	prepared atomic.Pointer[map[string]*preparedPolicy]
 }
 
 // An Option configures New.
@@ -328,48 +333,53 @@ func (s *Store) connect(ctx context.Context, c redis.UniversalClient, pipelines 
 	return failed
 }
 
-// CheckPolicy implements addrlimit.PolicyChecker: it refuses a policy with
+// CheckPolicy implements store.PolicyChecker: it refuses a policy with
 // a limit whose burst × interval exceeds 2^50 µs (about 35.7 years), the
 // bound of the script's exact arithmetic, or that Policy.Validate refuses.
 func (s *Store) CheckPolicy(p addrlimit.Policy) error {
-	_, err := checkPolicy(p, 1)
+	_, err := s.prepare(p)
 	return err
 }
 
-// Take implements addrlimit.Store: n from every limit of p or from none, in
+// Take implements store.Store: n from every limit of p or from none, in
 // one round trip (shared with concurrent calls), or none when the deny cache
 // already knows that some limit of the key cannot pay n yet. Errors
 // (including the timeout and an open circuit) start with "redisstore: ".
-func (s *Store) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+func (s *Store) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (store.Result, error) {
 	return s.do(ctx, key, p, opTake, n)
 }
 
-// Refund implements addrlimit.Store: it gives n tokens back to each of key's
+// Refund implements store.Store: it gives n tokens back to each of key's
 // buckets, none above full, and drops key from the deny cache.
-func (s *Store) Refund(ctx context.Context, key string, p addrlimit.Policy, n int) (addrlimit.Result, error) {
+func (s *Store) Refund(ctx context.Context, key string, p addrlimit.Policy, n int) (store.Result, error) {
 	return s.do(ctx, key, p, opRefund, n)
 }
 
-// Peek implements addrlimit.Store: it reports key's buckets without
+// Peek implements store.Store: it reports key's buckets without
 // changing them. It always asks Redis.
-func (s *Store) Peek(ctx context.Context, key string, p addrlimit.Policy) (addrlimit.Result, error) {
+func (s *Store) Peek(ctx context.Context, key string, p addrlimit.Policy) (store.Result, error) {
 	return s.do(ctx, key, p, opPeek, 1)
 }
 
-// Reset implements addrlimit.Store: it deletes key's buckets (full
+// Reset implements store.Store: it deletes key's buckets (full
 // buckets) and drops key from the deny cache.
 func (s *Store) Reset(ctx context.Context, key string, p addrlimit.Policy) error {
 	_, err := s.do(ctx, key, p, opReset, 1)
 	return err
 }
 
-func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n int) (addrlimit.Result, error) {
-	lims, err := checkPolicy(p, n)
+func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n int) (store.Result, error) {
+	pp, err := s.prepare(p)
 	if err != nil {
-		return addrlimit.Result{}, err
+		return store.Result{}, err
 	}
 	// q is p as the script runs it: intervals in whole µs.
-	q := addrlimit.Policy{Name: p.Name, Limits: lims[:len(p.Limits)]}
+	q := addrlimit.Policy{Name: p.Name, Limits: pp.lims[:len(p.Limits)]}
+	for _, lim := range q.Limits {
+		if n < 1 || n > lim.Burst {
+			return store.Result{}, fmt.Errorf("redisstore: %d tokens for a burst of %d", n, lim.Burst)
+		}
+	}
 	rkey := s.redisKey(key, p)
 	c := &call{key: rkey, limits: len(q.Limits), op: op, n: int64(n)}
 	switch op {
@@ -383,11 +393,11 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 		s.deny.forget(rkey)
 	}
 	if err := ctx.Err(); err != nil {
-		return addrlimit.Result{}, fmt.Errorf("redisstore: %w", err)
+		return store.Result{}, fmt.Errorf("redisstore: %w", err)
 	}
 	br := s.breakerFor(ctx, rkey)
 	if err := br.check(); err != nil {
-		return addrlimit.Result{}, err
+		return store.Result{}, err
 	}
 	c.br = br
 	for i, lim := range q.Limits {
@@ -399,9 +409,9 @@ func (s *Store) do(ctx context.Context, key string, p addrlimit.Policy, op, n in
 		s.send(ctx, []*call{c})
 	}
 	if c.err != nil {
-		return addrlimit.Result{}, fmt.Errorf("redisstore: %w", c.err)
+		return store.Result{}, fmt.Errorf("redisstore: %w", c.err)
 	}
-	var resets [addrlimit.MaxLimits]time.Duration
+	var resets [store.MaxLimits]time.Duration
 	for i := range q.Limits {
 		resets[i] = time.Duration(c.reply[1+i]) * time.Microsecond
 	}
@@ -576,35 +586,75 @@ func (s *Store) masterGone(ctx context.Context, addr string) bool {
 	return err == nil && !found.Load()
 }
 
-// checkPolicy validates p and n and returns p's limits with each refill
-// interval rounded to whole microseconds (at least 1 µs), as the script
-// runs them.
-func checkPolicy(p addrlimit.Policy, n int) ([addrlimit.MaxLimits]addrlimit.Limit, error) {
-	var lims [addrlimit.MaxLimits]addrlimit.Limit
+// preparedPolicy is a policy validated once: as given (to recognise it),
+// and as the script runs it.
+type preparedPolicy struct {
+	limits []addrlimit.Limit                // a copy of the policy's Limits
+	lims   [store.MaxLimits]addrlimit.Limit // intervals in whole µs (at least 1)
+}
+
+// maxPrepared bounds the policies prepare remembers; past it, each call of
+// a new policy is validated again (a Limiter has a few policies: only a
+// direct caller with many names gets there).
+const maxPrepared = 64
+
+// prepare returns p validated and as the script runs it. A policy is
+// validated once: New's CheckPolicy, or the first call that names it, and
+// later calls that give the same name and limits find it without
+// allocating. (Policy.Validate builds the name of each of several limits,
+// which a call per decision would pay for.)
+func (s *Store) prepare(p addrlimit.Policy) (*preparedPolicy, error) {
+	if m := s.prepared.Load(); m != nil {
+		if pp := (*m)[p.Name]; pp != nil && slices.Equal(pp.limits, p.Limits) {
+			return pp, nil
+		}
+	}
+	pp, err := checkPolicy(p)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		old := s.prepared.Load()
+		if old != nil && len(*old) >= maxPrepared {
+			return pp, nil
+		}
+		m := make(map[string]*preparedPolicy, 1)
+		if old != nil {
+			maps.Copy(m, *old)
+		}
+		m[p.Name] = pp
+		if s.prepared.CompareAndSwap(old, &m) {
+			return pp, nil
+		}
+	}
+}
+
+// checkPolicy validates p and returns it prepared: its limits with each
+// refill interval rounded to whole microseconds (at least 1 µs), as the
+// script runs them.
+func checkPolicy(p addrlimit.Policy) (*preparedPolicy, error) {
+	pp := &preparedPolicy{limits: slices.Clone(p.Limits)}
 	// The Limiter's one rule for a policy. The empty name, which a Limiter
 	// never passes, is a namespace of its own for direct callers.
 	if p.Name != "" {
 		if err := p.Validate(); err != nil {
-			return lims, fmt.Errorf("redisstore: %w", err)
+			return nil, fmt.Errorf("redisstore: %w", err)
 		}
 	}
-	if len(p.Limits) < 1 || len(p.Limits) > addrlimit.MaxLimits {
-		return lims, fmt.Errorf("redisstore: policy %q: has %d limits, not 1 to %d", p.Name, len(p.Limits), addrlimit.MaxLimits)
+	if len(p.Limits) < 1 || len(p.Limits) > store.MaxLimits {
+		return nil, fmt.Errorf("redisstore: policy %q: has %d limits, not 1 to %d", p.Name, len(p.Limits), store.MaxLimits)
 	}
 	for i, lim := range p.Limits {
 		if lim.Burst < 1 || lim.Interval <= 0 {
-			return lims, fmt.Errorf("redisstore: invalid policy: burst %d, interval %v", lim.Burst, lim.Interval)
+			return nil, fmt.Errorf("redisstore: invalid policy: burst %d, interval %v", lim.Burst, lim.Interval)
 		}
 		lim.Interval = max(lim.Interval.Round(time.Microsecond), time.Microsecond)
 		if int64(lim.Burst) > maxTau/int64(lim.Interval/time.Microsecond) {
-			return lims, fmt.Errorf("redisstore: policy %q: burst %d × interval %v must be at most 2^50 µs (about 35.7 years), the longest bucket the script computes exactly", p.Name, lim.Burst, p.Limits[i].Interval)
+			return nil, fmt.Errorf("redisstore: policy %q: burst %d × interval %v must be at most 2^50 µs (about 35.7 years), the longest bucket the script computes exactly", p.Name, lim.Burst, p.Limits[i].Interval)
 		}
-		if n < 1 || n > lim.Burst {
-			return lims, fmt.Errorf("redisstore: %d tokens for a burst of %d", n, lim.Burst)
-		}
-		lims[i] = lim
+		pp.lims[i] = lim
 	}
-	return lims, nil
+	return pp, nil
 }
 
 // clientOptions reports whether a go-redis client applies context
@@ -664,6 +714,6 @@ func clientPart(key string) string {
 func (s *Store) DenyCacheLen() int { return s.deny.len() }
 
 var (
-	_ addrlimit.Store         = (*Store)(nil)
-	_ addrlimit.PolicyChecker = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.PolicyChecker = (*Store)(nil)
 )

@@ -13,6 +13,7 @@ import (
 
 	"github.com/addrlimit/addrlimit"
 	"github.com/addrlimit/addrlimit/redisstore"
+	"github.com/addrlimit/addrlimit/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -119,10 +120,10 @@ func keysWithPrefix(t testing.TB, c redis.UniversalClient, prefix string) []stri
 	return keys
 }
 
-type takeFunc func(key string, p addrlimit.Policy, n int) addrlimit.Result
+type takeFunc func(key string, p addrlimit.Policy, n int) store.Result
 
 func taker(t testing.TB, s *redisstore.Store) takeFunc {
-	return func(key string, p addrlimit.Policy, n int) addrlimit.Result {
+	return func(key string, p addrlimit.Policy, n int) store.Result {
 		t.Helper()
 		res, err := s.Take(context.Background(), key, p, n)
 		if err != nil {

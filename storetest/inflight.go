@@ -7,10 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/store"
 )
 
-// inflightCases run on a store that implements addrlimit.InFlightStore (as
+// inflightCases run on a store that implements store.InFlightStore (as
 // Harness.New returns it, or behind FailLocal when the wrapper implements
 // it too) and are skipped otherwise. The cases on lease time sleep a few
 // lease times: they run in a bubble, or when LeaseTime is at most a second.
@@ -49,10 +49,10 @@ var inflightCases = []struct {
 			s.acquire(fs, lease(k, "a"), 1, true, 1)
 			s.acquire(fs, lease(k, "b"), 1, false, 1)
 		}
-		other := addrlimit.Lease{Policy: "other", Key: "192.0.2.1", ID: "b"}
+		other := store.Lease{Policy: "other", Key: "192.0.2.1", ID: "b"}
 		s.acquire(fs, other, 1, true, 1)
 		s.release(fs, lease("192.0.2.1", "a"))
-		s.acquire(fs, addrlimit.Lease{Policy: "other", Key: "192.0.2.1", ID: "c"}, 1, false, 1)
+		s.acquire(fs, store.Lease{Policy: "other", Key: "192.0.2.1", ID: "c"}, 1, false, 1)
 	}},
 	{"in flight: exact under concurrency", func(s *suite) {
 		fs := s.inflight()
@@ -131,9 +131,9 @@ var inflightCases = []struct {
 		if err := fs.Renew(context.Background(), nil); err != nil {
 			s.Fatalf("Renew of no lease: %v", err)
 		}
-		var ls []addrlimit.Lease
+		var ls []store.Lease
 		for k := range 20 {
-			l := addrlimit.Lease{Policy: []string{"default", "other"}[k%2], Key: fmt.Sprint("key-", k), ID: "a"}
+			l := store.Lease{Policy: []string{"default", "other"}[k%2], Key: fmt.Sprint("key-", k), ID: "a"}
 			s.acquire(fs, l, 1, true, 1)
 			ls = append(ls, l)
 		}
@@ -149,18 +149,18 @@ var inflightCases = []struct {
 
 // inflight returns the store under test as an InFlightStore, or skips the
 // case.
-func (s *suite) inflight() addrlimit.InFlightStore {
+func (s *suite) inflight() store.InFlightStore {
 	s.Helper()
-	fs, ok := s.s.(addrlimit.InFlightStore)
+	fs, ok := s.s.(store.InFlightStore)
 	if !ok {
-		s.Skip("the store is not an addrlimit.InFlightStore")
+		s.Skip("the store is not a store.InFlightStore")
 	}
 	return fs
 }
 
 // leaseTime returns fs's lease time, or skips the case when sleeping a few
 // of them would take too long.
-func (s *suite) leaseTime(fs addrlimit.InFlightStore) time.Duration {
+func (s *suite) leaseTime(fs store.InFlightStore) time.Duration {
 	s.Helper()
 	lt := fs.LeaseTime()
 	if lt <= 0 {
@@ -172,11 +172,11 @@ func (s *suite) leaseTime(fs addrlimit.InFlightStore) time.Duration {
 	return lt
 }
 
-func lease(key, id string) addrlimit.Lease {
-	return addrlimit.Lease{Policy: "default", Key: key, ID: id}
+func lease(key, id string) store.Lease {
+	return store.Lease{Policy: "default", Key: key, ID: id}
 }
 
-func (s *suite) acquire(fs addrlimit.InFlightStore, l addrlimit.Lease, limit int, ok bool, held int) {
+func (s *suite) acquire(fs store.InFlightStore, l store.Lease, limit int, ok bool, held int) {
 	s.Helper()
 	gotHeld, gotOK, err := fs.Acquire(context.Background(), l, limit)
 	if err != nil {
@@ -187,14 +187,14 @@ func (s *suite) acquire(fs addrlimit.InFlightStore, l addrlimit.Lease, limit int
 	}
 }
 
-func (s *suite) release(fs addrlimit.InFlightStore, l addrlimit.Lease) {
+func (s *suite) release(fs store.InFlightStore, l store.Lease) {
 	s.Helper()
 	if err := fs.Release(context.Background(), l); err != nil {
 		s.Fatalf("Release(%+v): %v", l, err)
 	}
 }
 
-func (s *suite) renew(fs addrlimit.InFlightStore, ls ...addrlimit.Lease) {
+func (s *suite) renew(fs store.InFlightStore, ls ...store.Lease) {
 	s.Helper()
 	if err := fs.Renew(context.Background(), ls); err != nil {
 		s.Fatalf("Renew(%d leases): %v", len(ls), err)

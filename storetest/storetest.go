@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite for addrlimit.Store
+// Package storetest is the conformance suite for store.Store
 // implementations, in the style of testing/fstest: the built-in in-memory
 // store, the redisstore module and any third-party store (memcached,
 // Postgres, DynamoDB, …) run the same sequences of calls and must give the
@@ -8,7 +8,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, storetest.Harness{
-//			New:       func(t *testing.T) addrlimit.Store { return newEmptyStore(t) },
+//			New:       func(t *testing.T) store.Store { return newEmptyStore(t) },
 //			Tolerance: 50 * time.Millisecond, // real clock: time passes between calls
 //		})
 //	}
@@ -30,14 +30,14 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
-	"github.com/addrlimit/addrlimit/internal/storehook"
+	"github.com/addrlimit/addrlimit/store"
 )
 
 // Harness describes the store under test.
 type Harness struct {
 	// New returns an empty store: no key may have a bucket. It is called
 	// once per subtest, inside the synctest bubble when Bubble is set.
-	New func(t *testing.T) addrlimit.Store
+	New func(t *testing.T) store.Store
 	// Bubble runs each subtest in a testing/synctest bubble, so that sleeps
 	// are instant and exact. Use it for stores that read time.Now.
 	Bubble bool
@@ -49,31 +49,35 @@ type Harness struct {
 	// set Bubble instead, as the redisstore module's tests do: its script
 	// takes the time from the test when one is given.
 	Tolerance time.Duration
+	// Failure is the failure policy of the Limiter that the
+	// "behind-a-Limiter" subtests call the store through (FailLocal, the
+	// zero value, by default).
+	Failure addrlimit.FailurePolicy
 }
 
-// Run runs the suite, one subtest per property: on the store, then on the
-// store behind the wrapper a Limiter puts around it (FailLocal, whose local
-// mirror follows every answer), in subtests under "behind-FailLocal", since
-// that is how production calls a store given to WithStore.
+// Run runs the suite, one subtest per property: on the store, then, in
+// subtests under "behind-a-Limiter", through a Limiter built
+// WithStore(store) and WithStoreFailure(h.Failure), since that is how
+// production calls a store (its FailLocal mirror follows every answer).
 func Run(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("storetest: Harness.New is nil")
 	}
-	runCases(t, h, func(s addrlimit.Store) addrlimit.Store { return s })
-	t.Run("behind-FailLocal", func(t *testing.T) {
-		runCases(t, h, func(s addrlimit.Store) addrlimit.Store {
-			return storehook.BehindFailLocal(s, 1000).(addrlimit.Store)
+	runCases(t, h, func(t *testing.T, s store.Store) store.Store { return s })
+	t.Run("behind-a-Limiter", func(t *testing.T) {
+		runCases(t, h, func(t *testing.T, s store.Store) store.Store {
+			return &throughLimiter{T: t, s: s, failure: h.Failure, lims: map[string]*addrlimit.Limiter{}}
 		})
 	})
 }
 
 // runCases runs every case on wrap of a new store.
-func runCases(t *testing.T, h Harness, wrap func(addrlimit.Store) addrlimit.Store) {
+func runCases(t *testing.T, h Harness, wrap func(*testing.T, store.Store) store.Store) {
 	for _, c := range slices.Concat(cases, inflightCases) {
 		t.Run(c.name, func(t *testing.T) {
 			run := func(t *testing.T) {
 				store := h.New(t)
-				c.run(&suite{T: t, h: h, s: wrap(store), store: store})
+				c.run(&suite{T: t, h: h, s: wrap(t, store), store: store})
 			}
 			if h.Bubble {
 				synctest.Test(t, run)
@@ -88,11 +92,11 @@ func runCases(t *testing.T, h Harness, wrap func(addrlimit.Store) addrlimit.Stor
 type suite struct {
 	*testing.T
 	h     Harness
-	s     addrlimit.Store // the store under test, perhaps behind FailLocal
-	store addrlimit.Store // the store Harness.New returned
+	s     store.Store // the store under test, perhaps behind a Limiter
+	store store.Store // the store Harness.New returned
 }
 
-func (s *suite) take(key string, p addrlimit.Policy, n int) addrlimit.Result {
+func (s *suite) take(key string, p addrlimit.Policy, n int) store.Result {
 	s.Helper()
 	res, err := s.s.Take(context.Background(), key, p, n)
 	if err != nil {
@@ -101,7 +105,7 @@ func (s *suite) take(key string, p addrlimit.Policy, n int) addrlimit.Result {
 	return res
 }
 
-func (s *suite) refund(key string, p addrlimit.Policy, n int) addrlimit.Result {
+func (s *suite) refund(key string, p addrlimit.Policy, n int) store.Result {
 	s.Helper()
 	res, err := s.s.Refund(context.Background(), key, p, n)
 	if err != nil {
@@ -110,7 +114,7 @@ func (s *suite) refund(key string, p addrlimit.Policy, n int) addrlimit.Result {
 	return res
 }
 
-func (s *suite) peek(key string, p addrlimit.Policy) addrlimit.Result {
+func (s *suite) peek(key string, p addrlimit.Policy) store.Result {
 	s.Helper()
 	res, err := s.s.Peek(context.Background(), key, p)
 	if err != nil {
@@ -136,7 +140,7 @@ func (s *suite) near(what string, got, want time.Duration) {
 }
 
 // want checks the allowed flag and Remaining of a result.
-func (s *suite) want(what string, res addrlimit.Result, allowed bool, remaining int) {
+func (s *suite) want(what string, res store.Result, allowed bool, remaining int) {
 	s.Helper()
 	if res.Allowed != allowed || res.Remaining != remaining {
 		s.Fatalf("%s: %+v, want Allowed=%v Remaining=%d", what, res, allowed, remaining)
@@ -324,11 +328,11 @@ var cases = []struct {
 		s.want("after 20 refunds of 1 into a bucket missing 4", s.peek("k", p), true, 10)
 	}},
 	{"a debt is charged whatever the bucket holds", func(s *suite) {
-		ds, ok := s.s.(addrlimit.DebtStore)
+		ds, ok := s.s.(store.DebtStore)
 		if !ok {
-			s.Skip("the store is not an addrlimit.DebtStore")
+			s.Skip("the store is not an store.DebtStore")
 		}
-		take := func(key string, n, debt int) addrlimit.Result {
+		take := func(key string, n, debt int) store.Result {
 			s.Helper()
 			res, err := ds.TakeWithDebt(context.Background(), key, perSecond, n, debt)
 			if err != nil {
@@ -381,7 +385,7 @@ var cases = []struct {
 		s.reset("k", p)
 		res = s.peek("k", p)
 		s.want("after reset", res, true, 3)
-		if res.Resets != [addrlimit.MaxLimits]time.Duration{} {
+		if res.Resets != [store.MaxLimits]time.Duration{} {
 			s.Fatalf("Resets after reset %v, want every limit full", res.Resets)
 		}
 		s.want("each limit full", s.take("k", p, 3), true, 0)
@@ -422,7 +426,7 @@ func (s *suite) several() addrlimit.Policy {
 		{Name: "short", Burst: 3, Interval: 100 * time.Millisecond},
 		{Name: "long", Burst: 5, Interval: time.Hour},
 	}}
-	if pc, ok := s.store.(addrlimit.PolicyChecker); ok {
+	if pc, ok := s.store.(store.PolicyChecker); ok {
 		if err := pc.CheckPolicy(p); err != nil {
 			s.Skipf("the store refuses several limits: %v", err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/addrlimit/addrlimit/otelcollector"
 	"github.com/addrlimit/addrlimit/promcollector"
 	"github.com/addrlimit/addrlimit/redisstore"
+	"github.com/addrlimit/addrlimit/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -27,7 +28,7 @@ import (
 
 // The published versions of the core and the Redis store agree on the
 // Store contract.
-var _ addrlimit.Store = (*redisstore.Store)(nil)
+var _ store.Store = (*redisstore.Store)(nil)
 
 func main() {
 	if err := run(); err != nil {

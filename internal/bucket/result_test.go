@@ -3,7 +3,7 @@ package bucket
 import "time"
 
 // result gathers what one call reports, so that tests can compare calls of
-// the table with calls of the policy, its model. It mirrors addrlimit.Result,
+// the table with calls of the policy, its model. It mirrors store.Result,
 // which the root package builds from the same four values.
 type result struct {
 	Allowed    bool

@@ -387,10 +387,10 @@ func maxPins(shardCap int) int { return max(1, shardCap/8) }
 // Mirror records the state a remote store reported at now for the buckets
 // of hash h: each full again after its entry of f, clamped to
 // [0, 2*Burst*Interval] (a remote bucket may be up to one burst in debt:
-// see addrlimit.DebtStore). Of the state already held and the reported
-// one, the later (emptier) is kept for each limit, so answers that arrive
-// out of order never make the copy fuller. The state is kept exactly,
-// whatever the approximate memory says.
+// see DebtStore in package github.com/addrlimit/addrlimit/store). Of the
+// state already held and the reported one, the later (emptier) is kept for
+// each limit, so answers that arrive out of order never make the copy
+// fuller. The state is kept exactly, whatever the approximate memory says.
 //
 // f is of t's limits: if a successor holds h's buckets now, f is carried
 // over to its limits by the rule of Successor.

@@ -1,4 +1,4 @@
-package addrlimit
+package store
 
 import (
 	"context"
