@@ -50,18 +50,11 @@ func (t InternalToken) load() *tokenSecrets {
 	return t.s.cur.Load()
 }
 
-// Replace makes t accept, from now on, exactly what with accepts: its
-// secrets, its retired secrets and its identities (as they are when
-// Replace is called). Build with as t was built (NewInternalToken,
-// NewIdentities, WithRetired), so its constructor's errors refuse a bad
-// set before anything changes; Replace fails only for a nil or zero token.
-//
-// The change is atomic: each Match, Require and Limiter decision reads the
-// secrets once, so it compares with the old set or the new one, never a
-// mix; it reaches every holder of t, including Limiters built
-// WithInternalToken(t). A Limiter's per-identity counters (Stats.Identities)
-// follow the names: an identity that stays keeps its counts, a new one
-// starts at zero, one that goes leaves Stats.
+// Replace makes t accept exactly what with accepts (secrets, retired
+// secrets, identities), atomically for every holder of t, Limiters
+// included: each check reads the old set or the new one. Build with by
+// t's constructors, whose errors refuse a bad set first; Replace fails only
+// for a nil or zero token. Per-identity counters follow the names.
 func (t *InternalToken) Replace(with *InternalToken) error {
 	switch {
 	case t == nil || t.s == nil:

@@ -56,10 +56,10 @@ type Limiter struct {
 	denied    http.Handler
 	observers []func(context.Context, Decision)
 	dryRun    bool
-	inContext bool          // WithDecisionInContext
-	store     seam          // memStore, or failover around the WithStore Store
-	keys      keyer         // the seam's: how keys are hashed, and whether it needs their strings
-	mem       *memStore     // the tables (failover's local ones with a Store)
+	inContext bool                // WithDecisionInContext
+	store     seam                // memStore, or failover around the WithStore Store
+	keys      keyer               // the seam's: how keys are hashed, and whether it needs their strings
+	mem       *memStore           // the tables (failover's local ones with a Store)
 	checker   store.PolicyChecker // WithStore's Store, if it checks policies
 	headers   HeaderStyle
 	reconf    sync.Mutex // serialises SetPolicies
@@ -168,44 +168,18 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-// SetPolicies replaces the limiter's policies while it runs: policies[0]
-// becomes the default policy and the others the named ones, as Policies
-// lists them, each valid (Policy.Validate), their names distinct, and
-// accepted by a Store that checks policies (PolicyChecker). If any is not,
-// it returns an error naming the policy and the problem and changes
-// nothing.
+// SetPolicies replaces the policies while the Limiter runs: policies[0] is
+// the default one, the others the named ones, as Policies lists them. If
+// one is invalid, two share a name or the Store refuses one, it returns an
+// error naming the policy and changes nothing. Calls are serialised, and
+// each decision sees the old set or the new one, never a mix.
 //
-// It is safe for concurrent use with every other method (calls to
-// SetPolicies are serialised). The change is atomic: each decision reads
-// the policies once, so it is taken under the old set or the new one,
-// never a mix; a decision that read the old set while SetPolicies ran is
-// served by the new buckets of its policy, under the new limits.
-//
-// Buckets keep their state; what carries over is the tokens spent:
-//
-//   - The default policy keeps the default policy's buckets; a named
-//     policy those of the policy of the same name. A policy whose limits
-//     did not change keeps its buckets untouched.
-//   - Within a policy, a limit keeps the buckets of the old limit of the
-//     same name (an unnamed limit is named by its window, see Limit.Name);
-//     the limits left over on both sides are paired in their order. A
-//     limit left without a partner (one added) starts with full buckets;
-//     an old limit left over (one removed) is dropped.
-//   - A bucket keeps the tokens it has spent, counted at most up to the
-//     new burst: a client that spent 250 of 300 has 150 left when the
-//     burst becomes 400, none when it becomes 100, and its tokens come
-//     back at the new rate. (Bucket4j calls this ADDITIVE; neither the
-//     fraction spent nor a fresh bucket is kept.)
-//   - A name that disappears takes its buckets with it: a PolicySelector
-//     that still returns it gets the default policy (ErrUnknownPolicy),
-//     and a name that comes back later starts with full buckets.
-//
-// Counters (Stats) carry over with the buckets. The work is one pass over
-// the buckets of each policy whose limits changed, done before SetPolicies
-// returns, a shard at a time under its lock. With a remote Store (WithStore)
-// the store's own buckets follow the store's rule: the redisstore module
-// keys them by the policy's limits, so a changed policy starts there with
-// full buckets (docs/reload.md).
+// Buckets keep the tokens they spent, up to the new burst: a client that
+// spent 250 of 300 has 150 left at 400, none at 100. A policy keeps the
+// buckets of the old policy of its name (the default, the default's);
+// limits pair by name, then in order; an added limit starts full; a removed
+// limit or policy drops its buckets. A remote Store keeps its own rule:
+// redisstore starts a changed policy full (docs/reload.md).
 func (l *Limiter) SetPolicies(policies ...Policy) error {
 	l.mustBeBuilt()
 	if len(policies) == 0 {
