@@ -132,3 +132,22 @@ func TestProseNamesRealFields(t *testing.T) {
 		t.Error("no `Type{Field, …}` of the root package found in the pages: is the pattern stale?")
 	}
 }
+
+// TestReadmeLinksEveryExampleFile checks that the README, which points a
+// newcomer to the runnable examples, links every file of them.
+func TestReadmeLinksEveryExampleFile(t *testing.T) {
+	root := repoRoot(t)
+	files, err := filepath.Glob(filepath.Join(root, "example*_test.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example files in the root module: %v", err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if name := filepath.Base(f); !strings.Contains(string(readme), "]("+name+")") {
+			t.Errorf("README.md does not link %s", name)
+		}
+	}
+}
