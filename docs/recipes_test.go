@@ -15,7 +15,8 @@ import (
 )
 
 // The recipes of the docs (every page: README.md, docs/*.md, …) run as pasted: each
-// server program is built against the module of the repository that
+// server program (the README's quick start for net/http, its ":8080" the
+// one thing changed) is built against the module of the repository that
 // requires its framework, started on a free loopback port (ADDR), and
 // driven as a client would. Every HTTP recipe answers 401 on internal
 // paths, routed or not, without the token, charges each such request to
@@ -36,6 +37,7 @@ func TestRecipesRun(t *testing.T) {
 	for _, r := range []struct {
 		name, mark, module string // mark: an import of the server, unique to it
 	}{
+		{"net/http", "http.FileServer(", "."}, // the README's quick start
 		{"gin", `"github.com/gin-gonic/gin"`, "examples/gin"},
 		{"echo", `"github.com/labstack/echo/v4"`, "examples/echo"},
 		{"gorilla/mux", `"github.com/gorilla/mux"`, "examples/gorilla"},
@@ -43,7 +45,16 @@ func TestRecipesRun(t *testing.T) {
 		{"gRPC", `"github.com/addrlimit/addrlimit/grpclimit"`, "grpclimit"},
 	} {
 		t.Run(r.name, func(t *testing.T) {
-			server := only(t, blocks, r.mark, "func main() {", `os.Getenv("ADDR")`, `os.Getenv("INTERNAL_TOKEN")`)
+			var server string
+			if r.name == "net/http" {
+				// The quick start listens on :8080 as a newcomer's would; here
+				// on a free loopback port, its one change.
+				const listen = `http.ListenAndServe(":8080", `
+				server = only(t, blocks, r.mark, "func main() {", listen, `os.Getenv("INTERNAL_TOKEN")`)
+				server = strings.Replace(server, listen, `http.ListenAndServe(os.Getenv("ADDR"), `, 1)
+			} else {
+				server = only(t, blocks, r.mark, "func main() {", `os.Getenv("ADDR")`, `os.Getenv("INTERNAL_TOKEN")`)
+			}
 			progs := map[string]string{"server": server}
 			if r.name == "gRPC" {
 				progs["client"] = only(t, blocks, "grpc.NewClient(", `os.Getenv("ADDR")`, `"authorization"`)
@@ -74,6 +85,8 @@ func TestRecipesRun(t *testing.T) {
 // budget is 300 a minute per address, from one address.
 func driveHTTPRecipe(t *testing.T, base, secret string) {
 	const internal, burst, refill = "/internal/agents/7/progress", 300, time.Minute / 300
+	// A redirect is an answer of the server's: never followed here.
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	do := func(method, path, authorization string) *http.Response {
 		t.Helper()
 		r, err := http.NewRequest(method, base+path, nil)
@@ -83,7 +96,7 @@ func driveHTTPRecipe(t *testing.T, base, secret string) {
 		if authorization != "" {
 			r.Header.Set("Authorization", authorization)
 		}
-		resp, err := http.DefaultClient.Do(r)
+		resp, err := client.Do(r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,6 +119,7 @@ func driveHTTPRecipe(t *testing.T, base, secret string) {
 	for _, c := range []struct{ method, path, authorization string }{
 		{http.MethodGet, "/internal/no-such-route", ""},
 		{http.MethodPut, internal, ""},
+		{http.MethodPut, internal + "/", ""}, // a router's trailing-slash redirect would skip the limiter
 		{http.MethodPut, internal, "Basic " + secret},
 	} {
 		if got := do(c.method, c.path, c.authorization).StatusCode; got != http.StatusUnauthorized {
@@ -180,9 +194,13 @@ next:
 func buildPrograms(t *testing.T, goBin, root, module string, progs map[string]string) map[string]string {
 	t.Helper()
 	work := t.TempDir()
+	use := "\t.\n\t" + root + "\n"
+	if module != root {
+		use += "\t" + module + "\n"
+	}
 	files := map[string]string{
 		"go.mod":  "module readme.recipes\n\ngo 1.26.0\n",
-		"go.work": "go 1.26.0\n\nuse (\n\t.\n\t" + root + "\n\t" + module + "\n)\n",
+		"go.work": "go 1.26.0\n\nuse (\n" + use + ")\n",
 	}
 	for name, src := range progs {
 		files[filepath.Join(name, "main.go")] = src

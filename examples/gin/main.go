@@ -85,6 +85,10 @@ func newEngine(token string, l limits) (*gin.Engine, error) {
 	}
 
 	e := gin.New()
+	// gin answers a path that differs from a route by a trailing slash with
+	// a redirect before any middleware runs: unlimited and unguarded. Off,
+	// such a path is unmatched like any other.
+	e.RedirectTrailingSlash = false
 	// Engine middleware runs for unmatched paths (404) too: the limiter,
 	// then the guard of every /internal path.
 	e.Use(limit(global, nil), requireUnder("/internal", tok))

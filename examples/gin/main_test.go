@@ -244,3 +244,35 @@ func TestRecipeExemptsGuardsAndLimits(t *testing.T) {
 		}
 	}
 }
+
+// gin answers a path that differs from a route by a trailing slash with a
+// redirect before any middleware runs: with RedirectTrailingSlash on, those
+// answers were never limited or guarded (PUT …/progress/ was [307 307 307
+// 307]). Redirects are not followed here: they are the server's answer.
+func TestTrailingSlashVariantsAreLimitedAndGuarded(t *testing.T) {
+	srv := newServer(t, small)
+	client := srv.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	for _, tc := range []struct{ method, path, client, want string }{
+		{"PUT", "/internal/agents/7/progress/", "203.0.113.30", "[401 401 401 429]"},
+		{"GET", "/sites/", "203.0.113.31", "[404 404 404 429]"},
+	} {
+		var got []int
+		for range 4 {
+			r, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Header.Set("X-Forwarded-For", tc.client)
+			resp, err := client.Do(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			got = append(got, resp.StatusCode)
+		}
+		if fmt.Sprint(got) != tc.want {
+			t.Errorf("%s %s without the token: %v, want %s", tc.method, tc.path, got, tc.want)
+		}
+	}
+}
