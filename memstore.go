@@ -125,13 +125,20 @@ func (m *memStore) keys() keyer { return keyer{seed: m.seed} }
 // taken is the answer of ps's table to a Take of n tokens: allowed, and
 // the buckets' states f after it.
 func (ps *policyState) taken(allowed bool, n int, f *bucket.Fulls) (a answer) {
+	a.Resets = [MaxLimits]time.Duration(*f) // bucket.MaxLimits == MaxLimits
+	ps.summarizeTake(allowed, n, &a)
+	return a
+}
+
+// summarizeTake completes a, an answer to a Take of n tokens whose Resets
+// are set: allowed, and the fields that follow from Resets.
+func (ps *policyState) summarizeTake(allowed bool, n int, a *answer) {
 	need := 1
 	if !allowed {
 		need = n
 	}
-	a.Allowed, a.Resets = allowed, [MaxLimits]time.Duration(*f) // bucket.MaxLimits == MaxLimits
+	a.Allowed = allowed
 	a.tight = ps.summarize(&a.Result, need)
-	return a
 }
 
 // peeked is the answer of ps's table to a Peek or a Refund: buckets in the
@@ -142,9 +149,18 @@ func (ps *policyState) peeked(f bucket.Fulls) answer {
 	return a
 }
 
-func (m *memStore) take(_ context.Context, ps *policyState, k bucketKey, n int) answer {
-	allowed, _, f := ps.table.Take(k.hash, m.now(), int64(n))
-	return ps.taken(allowed, n, &f)
+func (m *memStore) take(_ context.Context, ps *policyState, k bucketKey, n int) (a answer) {
+	m.takeTo(ps, k, n, &a)
+	return a
+}
+
+// takeTo is take answering into *a, a zero answer of the caller's, for
+// charge to call directly: an answer returned through the seam's interface
+// is copied twice, and each copy of a struct just written stalls on store
+// forwarding (BenchmarkAllowedOptions).
+func (m *memStore) takeTo(ps *policyState, k bucketKey, n int, a *answer) {
+	allowed, _ := ps.table.TakeTo(k.hash, m.now(), int64(n), (*bucket.Fulls)(&a.Resets))
+	ps.summarizeTake(allowed, n, a)
 }
 
 func (m *memStore) peek(_ context.Context, ps *policyState, k bucketKey) answer {

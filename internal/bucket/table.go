@@ -197,10 +197,15 @@ type Fulls [MaxLimits]time.Duration
 
 // fulls is Fulls of the states tats at now.
 func (t *Table) fulls(tats *[MaxLimits]int64, now int64) (f Fulls) {
+	t.fullsTo(tats, now, &f)
+	return f
+}
+
+// fullsTo writes the Fulls of the states tats at now into *f, a zero Fulls.
+func (t *Table) fullsTo(tats *[MaxLimits]int64, now int64, f *Fulls) {
 	for j := range t.limits() {
 		f[j] = time.Duration(max(tats[j], now) - now)
 	}
-	return f
 }
 
 // Take charges n tokens at now to every bucket of hash h, if each holds n
@@ -210,9 +215,17 @@ func (t *Table) fulls(tats *[MaxLimits]int64, now int64) (f Fulls) {
 // that denied with the longest wait for n tokens (the first of equals),
 // counted in TableStats.LimitedBy.
 func (t *Table) Take(h uint64, now, n int64) (allowed bool, denier int, f Fulls) {
+	allowed, denier = t.TakeTo(h, now, n, &f)
+	return allowed, denier, f
+}
+
+// TakeTo is Take writing the states into *f, a zero Fulls of the caller's:
+// a Fulls returned and then copied stalls on store forwarding, a cost the
+// allowed path of the root package measured.
+func (t *Table) TakeTo(h uint64, now, n int64, f *Fulls) (allowed bool, denier int) {
 	s, h, now := t.lock(h, now)
 	if s.ex.more != nil {
-		return t.takeAll(s, h, now, n)
+		return t.takeAll(s, h, now, n, f)
 	}
 	i, ok := s.ex.find(h)
 	var tat int64
@@ -234,11 +247,11 @@ func (t *Table) Take(h uint64, now, n int64) (allowed bool, denier int, f Fulls)
 	}
 	s.mu.Unlock()
 	f[0] = time.Duration(max(next, now) - now)
-	return allowed, 0, f
+	return allowed, 0
 }
 
-// takeAll is Take for a table of several limits, with s locked.
-func (t *Table) takeAll(s *shard, h uint64, now, n int64) (allowed bool, denier int, f Fulls) {
+// takeAll is TakeTo for a table of several limits, with s locked.
+func (t *Table) takeAll(s *shard, h uint64, now, n int64, f *Fulls) (allowed bool, denier int) {
 	var tats, next [MaxLimits]int64
 	i, ok := s.states(t, h, now, &tats)
 	allowed = true
@@ -268,7 +281,8 @@ func (t *Table) takeAll(s *shard, h uint64, now, n int64) (allowed bool, denier 
 		s.ex.more.limited[denier]++
 	}
 	s.mu.Unlock()
-	return allowed, denier, t.fulls(&tats, now)
+	t.fullsTo(&tats, now, f)
+	return allowed, denier
 }
 
 // Refund gives n tokens back at now to every bucket of hash h, never above
