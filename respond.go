@@ -13,7 +13,7 @@ import (
 // the next handler, and reports whether it refused the request: the
 // refusal (refuse) for a denied one, else the quota fields.
 func (l *Limiter) write(w http.ResponseWriter, r *http.Request, ps *policyState, d *Decision) (refused bool) {
-	if d.Denied() {
+	if d.denied() {
 		l.refuse(w, r, ps, d)
 		return true
 	}
@@ -66,7 +66,7 @@ func (ps *policyState) state(d *Decision, never bool, s *headers.State) {
 	s.NextToken = ps.Limits[d.tight].nextToken(d.Remaining, d.ResetAfter)
 	s.RetryAfter = d.RetryAfter
 	s.ResetAfter = d.ResetAfter
-	s.Denied = d.Denied()
+	s.Denied = d.denied()
 	s.Never = never
 	s.Tight = int(d.tight)
 }
