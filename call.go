@@ -39,6 +39,6 @@ func (l *Limiter) Decide(ctx context.Context, c Call) Decision {
 	var d Decision
 	_, k := l.decide(ctx, &c, nil, true, &d)
 	d.Key = k.s
-	l.observe(ctx, d)
+	l.observe(ctx, &d)
 	return d
 }

@@ -106,7 +106,12 @@ func (d Decision) Limits() iter.Seq[LimitState] {
 }
 
 // Denied reports whether the call must be refused: Limited, not a dry run.
-func (d Decision) Denied() bool { return d.Outcome == Limited && !d.DryRun }
+func (d Decision) Denied() bool { return d.denied() }
+
+// denied is Denied for the Limiter's own use: a method of a Decision
+// value copies the whole Decision even when inlined, a cost on every
+// request.
+func (d *Decision) denied() bool { return d.Outcome == Limited && !d.DryRun }
 
 type decisionKey struct{}
 

@@ -212,13 +212,20 @@ func (m *memStore) keys() keyer { return keyer{seed: m.seed} }
 // taken is the answer of ps's table to a Take of n tokens: allowed, and
 // the buckets' states f after it.
 func (ps *lane) taken(allowed bool, n int, f *bucket.Fulls) (a answer) {
+	a.Resets = [maxLimits]time.Duration(*f) // bucket.MaxLimits == MaxLimits
+	ps.summarizeTake(allowed, n, &a)
+	return a
+}
+
+// summarizeTake completes a, an answer to a Take of n tokens whose Resets
+// are set: allowed, and the fields that follow from Resets.
+func (ps *lane) summarizeTake(allowed bool, n int, a *answer) {
 	need := 1
 	if !allowed {
 		need = n
 	}
-	a.Allowed, a.Resets = allowed, [maxLimits]time.Duration(*f) // bucket.MaxLimits == MaxLimits
+	a.Allowed = allowed
 	a.tight = ps.summarize(&a.Result, need)
-	return a
 }
 
 // summarize sets the Remaining, RetryAfter and ResetAfter of res from its
@@ -244,12 +251,22 @@ func (ps *lane) peeked(f bucket.Fulls) answer {
 }
 
 // take answers by the lane whose table decided (see answer.lane).
-func (m *memStore) take(_ context.Context, ln *lane, k bucketKey, n int) answer {
-	allowed, _, f, t := ln.table.Take(k.hash, m.now(), int64(n))
-	ln = ln.holding(t)
-	a := ln.taken(allowed, n, &f)
-	a.lane = ln
+func (m *memStore) take(_ context.Context, ln *lane, k bucketKey, n int) (a answer) {
+	m.takeTo(ln, k, n, &a)
 	return a
+}
+
+// takeTo is take answering into *a, a zero answer of the caller's, for
+// charge to call directly: an answer returned through the seam's interface
+// is copied twice, and each copy of a struct just written stalls on store
+// forwarding (BenchmarkAllowedOptions).
+func (m *memStore) takeTo(ln *lane, k bucketKey, n int, a *answer) {
+	allowed, _, t := ln.table.TakeTo(k.hash, m.now(), int64(n), (*bucket.Fulls)(&a.Resets))
+	if t != ln.table {
+		ln = ln.holding(t)
+	}
+	ln.summarizeTake(allowed, n, a)
+	a.lane = ln
 }
 
 // tablePeek is the answer of ln's table to a Peek or Refund that returned

@@ -14,7 +14,7 @@ import (
 // the next handler, and reports whether it refused the request: the
 // refusal (refuse) for a denied one, else the quota fields.
 func (l *Limiter) write(w http.ResponseWriter, r *http.Request, ps *policyState, d *Decision) (refused bool) {
-	if d.Denied() {
+	if d.denied() {
 		l.refuse(w, r, ps, d)
 		return true
 	}
@@ -24,8 +24,9 @@ func (l *Limiter) write(w http.ResponseWriter, r *http.Request, ps *policyState,
 	}
 	// Header only when there is a field to set: once a handler has called
 	// it, net/http copies the header map when the status is written.
-	if st := ps.state(d, false); ps.headers.Sets(st) {
-		ps.headers.Write(w.Header(), st)
+	var st headers.State
+	if ps.state(d, false, &st); ps.headers.Sets(&st) {
+		ps.headers.Write(w.Header(), &st)
 	}
 	return false
 }
@@ -33,39 +34,42 @@ func (l *Limiter) write(w http.ResponseWriter, r *http.Request, ps *policyState,
 // writeList is write's Write for a policy whose fields list several limits.
 func (ps *policyState) writeList(h http.Header, d *Decision) {
 	var each [maxLimits]headers.Member
-	ps.headers.Write(h, ps.fullState(d, false, &each))
+	var st headers.State
+	ps.state(d, false, &st)
+	st.Each = ps.listed(d, &each)
+	ps.headers.Write(h, &st)
 }
 
-// fullState is state with, when the fields list several limits, each
+// listed is State.Each for d: when the fields list several limits, each
 // limit's state, which goes into each (the caller's, so that it stays on
-// its stack).
-func (ps *policyState) fullState(d *Decision, never bool, each *[maxLimits]headers.Member) headers.State {
-	s := ps.state(d, never)
-	if ps.headers.Lists() {
-		s.Each = ps.members(d, each)
+// its stack); else nil. The caller sets it on its own State, which keeps
+// each on its stack (stored through a pointer, it would escape).
+func (ps *policyState) listed(d *Decision, each *[maxLimits]headers.Member) []headers.Member {
+	if !ps.headers.Lists() {
+		return nil
 	}
-	return s
+	return ps.members(d, each)
 }
 
-// state is what the header fields report about d: the quota fields describe
-// the buckets (RateLimit's t is a wait for one token, whatever the request
-// costs) unless the quota is unknown (the store failed under FailOpen or
-// FailClosed, or the cost is over the burst); Retry-After describes the
-// request (its wait for its cost, 1 s under FailClosed, and none when never
-// is set: a cost over the burst). With several limits listed, the caller
-// adds each limit's state (members). It stays small enough to inline: the
-// allowed path calls it.
-func (ps *policyState) state(d *Decision, never bool) headers.State {
-	return headers.State{
-		Unknown:    d.QuotaUnknown,
-		Remaining:  d.Remaining,
-		NextToken:  ps.lims[d.tight].NextToken(d.Remaining, d.ResetAfter),
-		RetryAfter: d.RetryAfter,
-		ResetAfter: d.ResetAfter,
-		Denied:     d.Denied(),
-		Never:      never,
-		Tight:      int(d.tight),
-	}
+// state sets s, a zero State, to what the header fields report about d:
+// the quota fields describe the buckets (RateLimit's t is a wait for one
+// token, whatever the request costs) unless the quota is unknown (the store
+// failed under FailOpen or FailClosed, or the cost is over the burst);
+// Retry-After describes the request (its wait for its cost, 1 s under
+// FailClosed, and none when never is set: a cost over the burst). With
+// several limits listed, the caller adds each limit's state (listed). It
+// fills the caller's State in place (a State returned and then copied
+// stalls the allowed path on store forwarding) and stays small enough to
+// inline.
+func (ps *policyState) state(d *Decision, never bool, s *headers.State) {
+	s.Unknown = d.QuotaUnknown
+	s.Remaining = d.Remaining
+	s.NextToken = ps.lims[d.tight].NextToken(d.Remaining, d.ResetAfter)
+	s.RetryAfter = d.RetryAfter
+	s.ResetAfter = d.ResetAfter
+	s.Denied = d.denied()
+	s.Never = never
+	s.Tight = int(d.tight)
 }
 
 // members fills each with the state of every limit of d, for the RateLimit
@@ -121,9 +125,11 @@ func (l *Limiter) QuotaFields(d Decision, set func(name, value string)) {
 		return
 	}
 	var each [maxLimits]headers.Member
-	st := ps.fullState(&d, false, &each)
+	var st headers.State
+	ps.state(&d, false, &st)
+	st.Each = ps.listed(&d, &each)
 	st.Denied = false
-	ps.headers.Fields(st, set)
+	ps.headers.Fields(&st, set)
 }
 
 // refuse writes the response of a denied request: the WithDeniedHandler
@@ -137,8 +143,11 @@ func (l *Limiter) QuotaFields(d Decision, set func(name, value string)) {
 func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState, d *Decision) {
 	over := d.overBurst()
 	var each [maxLimits]headers.Member
+	var st headers.State
 	if l.denied != nil {
-		ps.headers.Write(w.Header(), ps.fullState(d, over, &each))
+		ps.state(d, over, &st)
+		st.Each = ps.listed(d, &each)
+		ps.headers.Write(w.Header(), &st)
 		l.denied.ServeHTTP(w, r.WithContext(ContextWithDecision(r.Context(), *d)))
 		return
 	}
@@ -154,11 +163,9 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, ps *policyState
 	case d.QuotaUnknown:
 		status = http.StatusServiceUnavailable
 	}
-	st := ps.state(d, over)
-	if ps.headers.Lists() {
-		st.Each = ps.members(d, &each)
-	}
-	body := ps.headers.WriteDenied(w.Header(), st, status)
+	ps.state(d, over, &st)
+	st.Each = ps.listed(d, &each)
+	body := ps.headers.WriteDenied(w.Header(), &st, status)
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }

@@ -238,10 +238,15 @@ type Fulls [MaxLimits]time.Duration
 
 // fulls is Fulls of the states tats at now.
 func (t *Table) fulls(tats *[MaxLimits]int64, now int64) (f Fulls) {
+	t.fullsTo(tats, now, &f)
+	return f
+}
+
+// fullsTo writes the Fulls of the states tats at now into *f, a zero Fulls.
+func (t *Table) fullsTo(tats *[MaxLimits]int64, now int64, f *Fulls) {
 	for j := range t.limits() {
 		f[j] = time.Duration(max(tats[j], now) - now)
 	}
-	return f
 }
 
 // Take charges n tokens at now to every bucket of hash h, if each holds n
@@ -254,9 +259,17 @@ func (t *Table) fulls(tats *[MaxLimits]int64, now int64) (f Fulls) {
 // The table that decided is by: t, or after a reconfiguration its successor
 // (see Successor), whose limits the states f are of.
 func (t *Table) Take(h uint64, now, n int64) (allowed bool, denier int, f Fulls, by *Table) {
+	allowed, denier, by = t.TakeTo(h, now, n, &f)
+	return allowed, denier, f, by
+}
+
+// TakeTo is Take writing the states into *f, a zero Fulls of the caller's:
+// a Fulls returned and then copied stalls on store forwarding, a cost the
+// allowed path of the root package measured.
+func (t *Table) TakeTo(h uint64, now, n int64, f *Fulls) (allowed bool, denier int, by *Table) {
 	t, s, h, now := t.lock(h, now)
 	if s.ex.more != nil {
-		return t.takeAll(s, h, now, n)
+		return t.takeAll(s, h, now, n, f)
 	}
 	i, ok := s.ex.find(h)
 	var tat int64
@@ -278,11 +291,11 @@ func (t *Table) Take(h uint64, now, n int64) (allowed bool, denier int, f Fulls,
 	}
 	s.mu.Unlock()
 	f[0] = time.Duration(max(next, now) - now)
-	return allowed, 0, f, t
+	return allowed, 0, t
 }
 
-// takeAll is Take for a table of several limits, with s locked.
-func (t *Table) takeAll(s *shard, h uint64, now, n int64) (allowed bool, denier int, f Fulls, by *Table) {
+// takeAll is TakeTo for a table of several limits, with s locked.
+func (t *Table) takeAll(s *shard, h uint64, now, n int64, f *Fulls) (allowed bool, denier int, by *Table) {
 	var tats, next [MaxLimits]int64
 	i, ok := s.states(t, h, now, &tats)
 	allowed = true
@@ -312,7 +325,8 @@ func (t *Table) takeAll(s *shard, h uint64, now, n int64) (allowed bool, denier 
 		s.ex.more.limited[denier]++
 	}
 	s.mu.Unlock()
-	return allowed, denier, t.fulls(&tats, now), t
+	t.fullsTo(&tats, now, f)
+	return allowed, denier, t
 }
 
 // Refund gives n tokens back at now to every bucket of hash h, never above

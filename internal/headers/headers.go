@@ -243,12 +243,15 @@ func CheckName(name string) error {
 
 // Sets reports whether Write sets any field for s: not for an allowed
 // request under None or with an unknown quota.
-func (w *Writer) Sets(s State) bool {
+func (w *Writer) Sets(s *State) bool {
 	return s.Denied || !s.Unknown && w.style != None
 }
 
-// Write sets the fields for s on h, replacing earlier values.
-func (w *Writer) Write(h http.Header, s State) {
+// Write sets the fields for s on h, replacing earlier values. s is read
+// only. The States of this package go by pointer: a State copied right
+// after it was written stalls on store forwarding, a cost the allowed path
+// measured (BenchmarkAllowedOptions of the root package).
+func (w *Writer) Write(h http.Header, s *State) {
 	w.write(h, s, 0)
 }
 
@@ -259,13 +262,13 @@ func (w *Writer) Write(h http.Header, s State) {
 // body to write after WriteHeader(status): the lower-case status text and a
 // newline ("too many requests\n"), shared by all responses, so Write must
 // not modify it (the io.Writer contract). s.Denied should be set.
-func (w *Writer) WriteDenied(h http.Header, s State, status int) []byte {
+func (w *Writer) WriteDenied(h http.Header, s *State, status int) []byte {
 	return w.write(h, s, status)
 }
 
 // write sets the fields of s and, when status is not zero, those of a
 // refusal with that status, whose body it returns.
-func (w *Writer) write(h http.Header, s State, status int) []byte {
+func (w *Writer) write(h http.Header, s *State, status int) []byte {
 	style := w.style
 	if s.Unknown {
 		style = None
@@ -290,7 +293,8 @@ func (w *Writer) write(h http.Header, s State, status int) []byte {
 		dropLength(h)
 	}
 	c := w.arena.get(n)
-	q := w.quota(c, style, s)
+	var q quotaFields
+	w.quota(c, style, s, &q)
 	for i := range q.n {
 		c.set(h, names[q.field[i]].canonical, q.value[i])
 	}
@@ -312,12 +316,13 @@ func (w *Writer) write(h http.Header, s State, status int) []byte {
 // carry it) and the value of each quota field that Write sets for s, in the
 // order Write sets them: none when s.Unknown or under None. The values are
 // those of Write, rendered by the same code (quota).
-func (w *Writer) Fields(s State, set func(name, value string)) {
+func (w *Writer) Fields(s *State, set func(name, value string)) {
 	if s.Unknown || w.style == None {
 		return
 	}
 	c := w.arena.get(0)
-	q := w.quota(c, w.style, s)
+	var q quotaFields
+	w.quota(c, w.style, s, &q)
 	w.arena.put(c)
 	for i := range q.n {
 		set(names[q.field[i]].lower, q.value[i])
@@ -353,9 +358,9 @@ type quotaFields struct {
 }
 
 // quota renders the quota fields of s in style (Draft or XRateLimit; none
-// otherwise), from the tables or into c: the one rendering behind Write and
-// Fields.
-func (w *Writer) quota(c *chunk, style uint8, s State) (q quotaFields) {
+// otherwise) into q, a zero quotaFields, from the tables or into c: the one
+// rendering behind Write and Fields.
+func (w *Writer) quota(c *chunk, style uint8, s *State, q *quotaFields) {
 	remaining := max(s.Remaining, 0)
 	switch style {
 	case Draft:
@@ -380,7 +385,6 @@ func (w *Writer) quota(c *chunk, style uint8, s State) (q quotaFields) {
 		q.field[1], q.value[1] = xRemainingField, v
 		q.field[2], q.value[2] = xResetField, c.itoa(Seconds(s.ResetAfter))
 	}
-	return q
 }
 
 // wait is the RateLimit t of a limit with remaining tokens whose wait for

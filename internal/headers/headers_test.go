@@ -64,7 +64,7 @@ func TestWrite(t *testing.T) {
 		if tc.style != Draft {
 			delete(h, "Ratelimit")
 		}
-		New(tc.style, tc.policy, tc.burst, tc.ivl).Write(h, tc.st)
+		New(tc.style, tc.policy, tc.burst, tc.ivl).Write(h, &tc.st)
 		checkHeader(t, tc.name, h, tc.want)
 	}
 }
@@ -103,7 +103,7 @@ func TestWriteDenied(t *testing.T) {
 	} {
 		w := New(tc.style, "default", 300, 200*time.Millisecond)
 		h := http.Header{"Content-Length": {"12"}, "Content-Type": {"application/json"}}
-		body := w.WriteDenied(h, State{NextToken: 1100 * time.Millisecond, RetryAfter: 1100 * time.Millisecond, ResetAfter: time.Minute, Denied: true}, tc.status)
+		body := w.WriteDenied(h, &State{NextToken: 1100 * time.Millisecond, RetryAfter: 1100 * time.Millisecond, ResetAfter: time.Minute, Denied: true}, tc.status)
 		checkHeader(t, fmt.Sprint("style ", tc.style), h, tc.want)
 		if string(body) != tc.body {
 			t.Errorf("style %d: body %q, want %q", tc.style, body, tc.body)
@@ -120,7 +120,7 @@ func TestRefusalBodies(t *testing.T) {
 		http.StatusTeapot:                "request refused\n",
 	} {
 		h := http.Header{"Content-Length": {"3"}}
-		got := w.WriteDenied(h, State{Denied: true, Never: true}, status)
+		got := w.WriteDenied(h, &State{Denied: true, Never: true}, status)
 		checkHeader(t, strconv.Itoa(status), h, http.Header{"Cache-Control": {"no-store"}, "Content-Type": {"text/plain; charset=utf-8"}, "X-Content-Type-Options": {"nosniff"}})
 		if string(got) != body {
 			t.Errorf("%d: body %q, want %q", status, got, body)
@@ -136,16 +136,16 @@ func TestUnknownQuotaWritesNoQuotaFields(t *testing.T) {
 	for _, style := range []uint8{Draft, XRateLimit, None} {
 		w := New(style, "default", 10, time.Second)
 		h := http.Header{}
-		w.Write(h, State{Unknown: true, Remaining: 5, ResetAfter: time.Second})
+		w.Write(h, &State{Unknown: true, Remaining: 5, ResetAfter: time.Second})
 		checkHeader(t, fmt.Sprint("allowed, style ", style), h, http.Header{})
 		h = http.Header{}
-		body := w.WriteDenied(h, State{Unknown: true, RetryAfter: time.Second, Denied: true}, http.StatusServiceUnavailable)
+		body := w.WriteDenied(h, &State{Unknown: true, RetryAfter: time.Second, Denied: true}, http.StatusServiceUnavailable)
 		checkHeader(t, fmt.Sprint("503, style ", style), h, http.Header{"Retry-After": {"1"}, "Cache-Control": {"no-store"}, "Content-Type": {"text/plain; charset=utf-8"}, "X-Content-Type-Options": {"nosniff"}})
 		if string(body) != "service unavailable\n" {
 			t.Errorf("style %d: body %q", style, body)
 		}
 		h = http.Header{}
-		w.WriteDenied(h, State{Unknown: true, Denied: true, Never: true}, http.StatusRequestEntityTooLarge)
+		w.WriteDenied(h, &State{Unknown: true, Denied: true, Never: true}, http.StatusRequestEntityTooLarge)
 		checkHeader(t, fmt.Sprint("413, style ", style), h, http.Header{"Cache-Control": {"no-store"}, "Content-Type": {"text/plain; charset=utf-8"}, "X-Content-Type-Options": {"nosniff"}})
 	}
 }
@@ -230,7 +230,7 @@ func TestResponsesShareNothingMutable(t *testing.T) {
 				w := writers[i%len(writers)]
 				h := http.Header{}
 				st := State{Remaining: n, ResetAfter: time.Duration(n) * time.Second, NextToken: time.Duration(n) * time.Second, RetryAfter: time.Duration(n) * time.Second, Denied: i%3 == 0}
-				w.Write(h, st)
+				w.Write(h, &st)
 				results[g] = append(results[g], kept{h, reference(w, "p", st)})
 			}
 		})
@@ -272,7 +272,7 @@ func TestWriteSequence(t *testing.T) {
 			{Remaining: 999_872},
 		} {
 			h := http.Header{}
-			w.Write(h, st)
+			w.Write(h, &st)
 			checkHeader(t, fmt.Sprintf("style %d, response %d", style, i), h, reference(w, "seq", st))
 		}
 	}
@@ -314,10 +314,10 @@ func FuzzWrite(f *testing.F) {
 		w := New(style%3, name, burst, time.Duration(ivl))
 		st := State{Remaining: remaining, NextToken: time.Duration(retry), RetryAfter: time.Duration(retry) * 3, ResetAfter: time.Duration(reset), Denied: denied, Never: denied && reset%2 == 0}
 		h := http.Header{}
-		w.Write(h, st)
+		w.Write(h, &st)
 		checkHeader(t, "fuzz", h, reference(w, name, st))
 		fields := http.Header{}
-		w.Fields(st, func(name, value string) { fields[name] = append(fields[name], value) })
+		w.Fields(&st, func(name, value string) { fields[name] = append(fields[name], value) })
 		for k, v := range h {
 			if k != "Retry-After" && k != "Cache-Control" && !slices.Equal(fields[strings.ToLower(k)], v) {
 				t.Fatalf("Fields %s = %q, Write %q", strings.ToLower(k), fields[strings.ToLower(k)], v)
@@ -342,11 +342,11 @@ func TestWriteAllocatesNothing(t *testing.T) {
 			name string
 			f    func()
 		}{
-			{"allowed", func() { w.Write(h, State{Remaining: burst - 1}) }},
-			{"allowed, half full", func() { w.Write(h, State{Remaining: burst / 2}) }},
-			{"x-ratelimit", func() { x.Write(h, State{Remaining: burst - 1, ResetAfter: time.Duration(burst) * time.Second}) }},
+			{"allowed", func() { w.Write(h, &State{Remaining: burst - 1}) }},
+			{"allowed, half full", func() { w.Write(h, &State{Remaining: burst / 2}) }},
+			{"x-ratelimit", func() { x.Write(h, &State{Remaining: burst - 1, ResetAfter: time.Duration(burst) * time.Second}) }},
 			{"denied", func() {
-				w.WriteDenied(h, State{NextToken: time.Duration(burst) * time.Second, RetryAfter: time.Duration(burst) * time.Second, Denied: true}, http.StatusTooManyRequests)
+				w.WriteDenied(h, &State{NextToken: time.Duration(burst) * time.Second, RetryAfter: time.Duration(burst) * time.Second, Denied: true}, http.StatusTooManyRequests)
 			}},
 		} {
 			// Chunk allocations, one per 32 responses or more, round down to 0.
@@ -371,7 +371,7 @@ func BenchmarkWrite(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					clear(h)
-					w.Write(h, State{Remaining: r.r})
+					w.Write(h, &State{Remaining: r.r})
 				}
 			})
 		}
@@ -384,7 +384,7 @@ func BenchmarkWriteDenied(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		clear(h)
-		w.WriteDenied(h, State{NextToken: 150 * time.Millisecond, RetryAfter: 150 * time.Millisecond, Denied: true}, http.StatusTooManyRequests)
+		w.WriteDenied(h, &State{NextToken: 150 * time.Millisecond, RetryAfter: 150 * time.Millisecond, Denied: true}, http.StatusTooManyRequests)
 	}
 }
 
