@@ -28,6 +28,10 @@ type Call struct {
 	Cost   int
 	// Route names what was called, for observers (Decision.Route).
 	Route string
+	// NoSlot makes the call pass the rate limits only, taking no in-flight
+	// slot (Policy.InFlight): for a charge within work that already holds
+	// one, such as a message of a stream.
+	NoSlot bool
 	// Err is a warning met while describing the call (such as
 	// TrustedProxies.ClientAddrFrom's), reported in Decision.Err.
 	Err error
@@ -39,6 +43,8 @@ type Call struct {
 // observers, with ctx, whose cancellation does not reach the Store. It
 // writes nothing: refuse a Denied decision yourself, and send QuotaFields
 // where your protocol carries them. A counted decision's Key is always set.
+// Under a policy with an in-flight limit, an allowed decision holds a slot
+// (unless c.NoSlot) until Release frees it: defer it for the call's life.
 func (l *Limiter) Decide(ctx context.Context, c Call) Decision {
 	l.mustBeBuilt()
 	if c.Cost == 0 {
@@ -50,8 +56,14 @@ func (l *Limiter) Decide(ctx context.Context, c Call) Decision {
 		}
 	}
 	var d Decision
-	_, k := l.decide(ctx, &c, nil, true, &d)
+	var s slot
+	sp := &s
+	if c.NoSlot {
+		sp = nil
+	}
+	_, k := l.decide(ctx, &c, nil, true, &d, sp)
 	d.Key = k.s
+	d.keep(s)
 	l.observe(ctx, d)
 	return d
 }

@@ -87,6 +87,16 @@ type Decision struct {
 	// Credentialed: the request carried Authorization values but was not
 	// exempt (anyone can send them).
 	Credentialed bool
+	// InFlight is, under a policy with an in-flight limit (Policy.InFlight),
+	// how many of the key's requests hold a slot: counting this one when it
+	// took a slot, or those that refused it; 0 when no slot was asked for
+	// (no such limit, a request the rate limits denied, FailOpen).
+	InFlight int
+	// InFlightLimited is set on a Limited decision that the in-flight limit
+	// refused: the rate limits allowed the request, and got its tokens back,
+	// but Policy.InFlight of the key's requests were running. Limit and the
+	// quota fields describe the rate limits; RetryAfter is one second.
+	InFlightLimited bool
 	// Err says why the key, the cost, the policy or the store was not what it
 	// should be (see ErrNoClientAddress and its siblings), for observers and
 	// logs; it is never sent to the client. A non-nil Err never means the
@@ -96,6 +106,7 @@ type Decision struct {
 	ps     *policyState             // the policy that decided; nil if none did
 	resets [MaxLimits]time.Duration // each limit's time until full (Result.Resets)
 	tight  uint8                    // the index of the tightest limit
+	slot   *heldSlot                // the slot Allow, Decide or AllowKey took: see Release
 }
 
 // Limit returns the limit that Remaining and ResetAfter describe, with its

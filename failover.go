@@ -155,6 +155,14 @@ func (f *failover) reset(ctx context.Context, ps *policyState, k bucketKey) erro
 	return f.remote.Reset(ctx, k.s, ps.Policy)
 }
 
+// acquire takes the slot in the local table: each instance enforces the
+// in-flight limit alone when remote keeps no slots.
+func (f *failover) acquire(ctx context.Context, ps *policyState, k bucketKey) (slot, slotAnswer) {
+	return f.local.acquire(ctx, ps, k)
+}
+
+func (f *failover) release(ctx context.Context, s slot) { f.local.release(ctx, s) }
+
 // The Store methods are the seam's, for storetest: the wrapper is what
 // production runs in front of a remote store.
 

@@ -96,6 +96,7 @@ type policyState struct {
 	maxCost int           // the smallest Burst: the largest cost every limit can pay
 	longest time.Duration // the longest full refill (Burst × Interval) of its limits
 	table   *bucket.Table // the buckets, or the local fallback of a remote store
+	slots   *slotTable    // the in-flight slots (InFlight > 0), or FailLocal's
 	debts   debtRecord    // what the local fallback charged, owed to a DebtStore
 	headers *headers.Writer
 	allowed atomic.Uint64 // decisions of a remote store or of FailOpen/FailClosed
@@ -103,6 +104,10 @@ type policyState struct {
 	// limitedBy counts the remote store's denials by the limit that denied
 	// (the tightest: see Result).
 	limitedBy [MaxLimits]atomic.Uint64
+	// inFlightLimited counts the in-flight limit's refusals, and
+	// inFlightOverAllowed those of them that the rate limits had allowed
+	// (and counted so: Stats moves them to Limited).
+	inFlightLimited, inFlightOverAllowed atomic.Uint64
 }
 
 // tau is the policy's longest full refill time in ns: after it, every
@@ -136,6 +141,7 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	def.InFlight = c.inFlight
 	l := &Limiter{
 		byName:     make(map[string]*policyState, 1+len(c.policies)),
 		keyFunc:    c.keyFunc,
@@ -171,6 +177,9 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 			}
 		}
 		ps := mem.lane(p)
+		if p.InFlight > 0 {
+			ps.slots = newSlotTable(p.InFlight, c.maxKeys)
+		}
 		ps.headers = headers.NewMulti(uint8(c.headers), p.Name, p.headerLimits())
 		l.policies = append(l.policies, ps)
 		l.byName[p.Name] = ps
@@ -210,7 +219,7 @@ func (l *Limiter) Policies() []Policy {
 	l.mustBeBuilt()
 	out := make([]Policy, len(l.policies))
 	for i, ps := range l.policies {
-		out[i] = Policy{Name: ps.Name, Limits: slices.Clone(ps.Limits)}
+		out[i] = Policy{Name: ps.Name, Limits: slices.Clone(ps.Limits), InFlight: ps.InFlight}
 	}
 	return out
 }
@@ -230,8 +239,12 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	wantKey := len(l.observers) > 0 || l.denied != nil || l.inContext
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var d Decision
+		var s slot
 		c := httpCall(r)
-		ps, k := l.decide(r.Context(), &c, r, wantKey, &d)
+		ps, k := l.decide(r.Context(), &c, r, wantKey, &d, &s)
+		if s.ps != nil {
+			defer l.store.release(context.WithoutCancel(r.Context()), s)
+		}
 		if wantKey {
 			d.Key = k.s
 		}
@@ -265,9 +278,11 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 func (l *Limiter) Allow(r *http.Request) Decision {
 	l.mustBeBuilt()
 	var d Decision
+	var s slot
 	c := httpCall(r)
-	_, k := l.decide(r.Context(), &c, r, true, &d)
+	_, k := l.decide(r.Context(), &c, r, true, &d, &s)
 	d.Key = k.s
+	d.keep(s)
 	l.observe(r.Context(), d)
 	return d
 }
@@ -297,6 +312,8 @@ func httpCall(r *http.Request) Call {
 // form names that client's bucket, as Reset says: AllowKey(ctx, "",
 // r.RemoteAddr, 1) charges r's bucket. Decision.Key is the bucket's key.
 // Prefix other keys with a name that is not hexadecimal ("user:"+id).
+// Under a policy with an in-flight limit, an allowed decision holds a slot
+// until Release frees it.
 func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decision {
 	l.mustBeBuilt()
 	if k := l.namedKey(key); k != "" {
@@ -305,8 +322,10 @@ func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decis
 	c := Call{Policy: policy, Cost: n}
 	c.Key, c.Err = keyOrUnkeyed(key, nil)
 	var d Decision
-	_, k := l.decide(ctx, &c, nil, true, &d)
+	var s slot
+	_, k := l.decide(ctx, &c, nil, true, &d, &s)
 	d.Key = k.s
+	d.keep(s)
 	l.observe(ctx, d)
 	return d
 }

@@ -27,6 +27,13 @@ type seam interface {
 	refund(ctx context.Context, ps *policyState, k bucketKey, n int, degraded bool) (Result, bool, error)
 	// reset makes k's bucket full.
 	reset(ctx context.Context, ps *policyState, k bucketKey) error
+	// acquire takes an in-flight slot of k under ps (whose InFlight is
+	// set), under the failure policy: the slot it returns is the zero slot
+	// unless one was taken.
+	acquire(ctx context.Context, ps *policyState, k bucketKey) (slot, slotAnswer)
+	// release frees a slot that acquire took, where it took it. It is
+	// called once per slot.
+	release(ctx context.Context, s slot)
 	// keys is how this seam's keys are made, for the Limiter to make them.
 	keys() keyer
 }

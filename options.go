@@ -27,6 +27,7 @@ type config struct {
 	token     *InternalToken
 	denied    http.Handler
 	maxKeys   int
+	inFlight  int // the default policy's
 	observers []func(context.Context, Decision)
 	dryRun    bool
 	store     Store

@@ -59,6 +59,12 @@ type PolicyStats struct {
 	// in Limited only.
 	Limits []LimitStats
 	Keys   int
+	// InFlight is the number of in-flight slots held now under the policy
+	// (Policy.InFlight) in this process's memory, and InFlightKeys the
+	// keys holding them; InFlightLimited counts the requests the in-flight
+	// limit refused (Decision.InFlightLimited; they count in Limited too).
+	InFlight, InFlightKeys int
+	InFlightLimited        uint64
 }
 
 // LimitStats are the counters of one limit of a policy.
@@ -84,13 +90,20 @@ func (l *Limiter) Stats() Stats {
 	}
 	var fill float64
 	for _, ps := range l.policies {
+		// Loaded before the table's: each of these was counted allowed
+		// first, so Allowed never goes below zero.
+		over, inFlightLimited := ps.inFlightOverAllowed.Load(), ps.inFlightLimited.Load()
 		t := ps.table.Stats()
 		p := PolicyStats{
-			Name:    ps.Name,
-			Allowed: t.Allowed + ps.allowed.Load(),
-			Limited: t.Limited + ps.limited.Load(),
-			Limits:  make([]LimitStats, len(ps.Limits)),
-			Keys:    t.Keys,
+			Name:            ps.Name,
+			Allowed:         t.Allowed + ps.allowed.Load() - over,
+			Limited:         t.Limited + ps.limited.Load() + over,
+			InFlightLimited: inFlightLimited,
+			Limits:          make([]LimitStats, len(ps.Limits)),
+			Keys:            t.Keys,
+		}
+		if ps.slots != nil {
+			p.InFlight, p.InFlightKeys = ps.slots.count()
 		}
 		for i, lim := range ps.Limits {
 			p.Limits[i] = LimitStats{Name: lim.Name, Limited: t.LimitedBy[i] + ps.limitedBy[i].Load()}

@@ -46,23 +46,34 @@ const MaxLimits = 4
 // give to WithPolicy. The name appears in the RateLimit-Policy header field,
 // in Stats and in metrics, and is part of the buckets' identity in a Store.
 // A Limiter keeps its own copy of Limits, with every Name filled in.
+//
+// InFlight, when above 0, also bounds how many of a key's requests may run
+// at once under the policy (see WithInFlight, which sets it for the default
+// policy): a request must pass the rate limits and find a free slot, and
+// holds its slot until its handler returns. It is not part of the
+// buckets' identity in a Store.
 type Policy struct {
-	Name   string
-	Limits []Limit
+	Name     string
+	Limits   []Limit
+	InFlight int
 }
 
 // Validate reports whether a Limiter accepts p: Name is 1 to 64 bytes of
 // A-Z a-z 0-9 . _ - (so that it needs no escaping in a header field, a
 // metric label or a store key); p has 1 to MaxLimits limits, each with a
 // Burst of at least 1, a positive Interval, and Burst × Interval within
-// the bucket arithmetic (a full refill of under about 73 years); the
-// limits' names (given or derived, see Limit.Name) are distinct, and with
+// the bucket arithmetic (a full refill of under about 73 years); InFlight
+// is 0 to MaxInFlight; the limits' names (given or derived, see
+// Limit.Name) are distinct, and with
 // several limits, Name, "-" and a limit's name (the limit's entry in the
 // RateLimit fields) make at most 64 bytes. WithPolicy calls it; a Store may
 // call it on the policies it is given, so that one rule holds everywhere.
 func (p Policy) Validate() error {
 	if err := checkPolicyName(p.Name); err != nil {
 		return err
+	}
+	if p.InFlight < 0 || p.InFlight > MaxInFlight {
+		return fmt.Errorf("addrlimit: policy %q: in-flight limit must be 0 (none) to %d, got %d", p.Name, MaxInFlight, p.InFlight)
 	}
 	if len(p.Limits) < 1 || len(p.Limits) > MaxLimits {
 		return fmt.Errorf("addrlimit: policy %q: has %d limits, not 1 to %d", p.Name, len(p.Limits), MaxLimits)
@@ -155,7 +166,7 @@ func (lim Limit) read(full time.Duration, need int) (remaining int, wait time.Du
 
 // named returns a copy of p with every limit named (see Limit.Name).
 func (p Policy) named() Policy {
-	q := Policy{Name: p.Name, Limits: make([]Limit, len(p.Limits))}
+	q := Policy{Name: p.Name, Limits: make([]Limit, len(p.Limits)), InFlight: p.InFlight}
 	for i, lim := range p.Limits {
 		lim.Name = lim.name()
 		q.Limits[i] = lim

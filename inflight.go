@@ -1,0 +1,212 @@
+package addrlimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MaxInFlight bounds Policy.InFlight.
+const MaxInFlight = 1 << 20
+
+// WithInFlight bounds how many of a key's requests may run at once under
+// the default policy: n slots per key (per client address by default), each
+// held from the decision until the request's handler returns, beside the
+// rate limits. Give named policies their own with Policy.InFlight (a smaller
+// one for streaming routes, picked by a PolicySelector). n must be 0 (no
+// in-flight limit, the default) to MaxInFlight.
+//
+// A request must pass both limits, rate first: a request the rate limits
+// deny takes no slot, and one refused a slot gets its tokens back, so a
+// refused request holds nothing and is charged nothing. Handler refuses it
+// with 429 Too Many Requests and Retry-After: 1 (no clock says when a
+// running request ends, so the shortest delay RFC 9110 allows; a retry
+// that finds the slots still held costs nothing and is refused again);
+// Decision.InFlightLimited is set and Decision.RetryAfter is one second.
+// Exempt requests hold no slot. Allow, Decide and AllowKey callers release
+// the slot with Limiter.Release.
+//
+// Slots are counted per policy and key in this process's memory (at most
+// WithMaxKeys keys holding slots per policy; a key with no request running
+// holds no memory, and a key with slots held is never evicted: past the
+// bound, a key that holds none is refused), or for a whole fleet by a
+// Store that implements InFlightStore.
+func WithInFlight(n int) Option {
+	return func(c *config) error {
+		if n < 0 || n > MaxInFlight {
+			return fmt.Errorf("addrlimit: in-flight limit must be 0 (none) to %d, got %d", MaxInFlight, n)
+		}
+		c.inFlight = n
+		return nil
+	}
+}
+
+// slot is an in-flight slot a decision holds: the zero slot holds none.
+type slot struct {
+	ps   *policyState // nil: no slot held
+	hash uint64       // the key's, in ps.slots
+}
+
+// heldSlot is the slot of a Decision that Allow, Decide or AllowKey
+// returned, released at most once whatever copies of the Decision exist.
+type heldSlot struct {
+	slot
+	released atomic.Bool
+}
+
+// slotAnswer is a seam's answer to acquire.
+type slotAnswer struct {
+	held    int   // the key's slots held: after the call, or that refused it
+	ok      bool  // a slot was taken (or FailOpen let the request run without one)
+	err     error // the store failed and the failure policy decided
+	unknown bool  // FailClosed refused: nothing is known of the key's slots
+}
+
+// hold takes an in-flight slot into s for the request d that the rate
+// limits of ps let run (Allowed, or a dry run). A refusal makes d Limited
+// with InFlightLimited set and gives back the tokens it was charged.
+func (l *Limiter) hold(ctx context.Context, ps *policyState, k bucketKey, s *slot, d *Decision) {
+	rateDegraded := d.Degraded
+	var a slotAnswer
+	*s, a = l.store.acquire(ctx, ps, k)
+	d.InFlight = a.held
+	if a.err != nil {
+		l.storeErrors.Add(1)
+		d.Degraded, d.Err = true, join(d.Err, a.err)
+	}
+	if a.ok {
+		return
+	}
+	ps.inFlightLimited.Add(1)
+	if d.Outcome == Allowed {
+		ps.inFlightOverAllowed.Add(1)
+		res, ok, err := l.store.refund(context.WithoutCancel(ctx), ps, k, d.Cost, rateDegraded)
+		if err != nil {
+			l.storeErrors.Add(1)
+			d.Err = join(d.Err, err)
+		}
+		if ok && err == nil && !d.QuotaUnknown {
+			res = ps.fill(res)
+			d.Remaining, d.ResetAfter, d.resets = res.Remaining, res.ResetAfter, res.Resets
+			d.tight = uint8(ps.tightestOf(&res, 1))
+		}
+	}
+	if a.unknown {
+		d.record(ps, &answer{unknown: true})
+	}
+	d.Outcome, d.InFlightLimited, d.RetryAfter, d.DryRun = Limited, true, time.Second, l.dryRun
+}
+
+// Release frees the in-flight slot that a decision d of this Limiter's
+// Allow, Decide or AllowKey holds (Decision.HoldsSlot), when the work it
+// allowed is done: call it with defer once the decision is allowed, so that
+// a panic or an early return frees the slot too. Handler releases its own.
+// Each slot is freed once: further calls with d or a copy of it do
+// nothing, as do calls with a decision that holds no slot. ctx bounds a
+// fleet store's call; its cancellation is ignored.
+func (l *Limiter) Release(ctx context.Context, d Decision) {
+	l.mustBeBuilt()
+	h := d.slot
+	if h == nil || l.byName[d.Policy] != h.ps || !h.released.CompareAndSwap(false, true) {
+		return
+	}
+	l.store.release(context.WithoutCancel(ctx), h.slot)
+}
+
+// keep makes the slot s, if it holds one, d's to release (Release).
+func (d *Decision) keep(s slot) {
+	if s.ps != nil {
+		d.slot = &heldSlot{slot: s}
+	}
+}
+
+// HoldsSlot reports whether d holds an in-flight slot that Limiter.Release
+// must free: an allowed (or dry-run) decision of Allow, Decide or AllowKey
+// under a policy with an in-flight limit. It stays true after the release.
+func (d Decision) HoldsSlot() bool { return d.slot != nil }
+
+// slotShards is the number of shards of a slotTable.
+const slotShards = 64
+
+// slotTable counts the in-flight slots held per key of one policy, in
+// memory: only keys with slots held have an entry.
+type slotTable struct {
+	limit    int32
+	perShard int // the keys a shard holds at most
+	shards   [slotShards]slotShard
+}
+
+type slotShard struct {
+	mu    sync.Mutex
+	held  map[uint64]int32
+	total int      // the sum of held
+	_     [32]byte // a cache line per shard
+}
+
+// newSlotTable returns the table of limit slots per key, holding at most
+// maxKeys keys (rounded up to a multiple of slotShards).
+func newSlotTable(limit, maxKeys int) *slotTable {
+	t := &slotTable{limit: int32(limit), perShard: (maxKeys + slotShards - 1) / slotShards}
+	for i := range t.shards {
+		t.shards[i].held = map[uint64]int32{}
+	}
+	return t
+}
+
+func (t *slotTable) shard(h uint64) *slotShard { return &t.shards[h>>58] }
+
+// acquire takes one of h's slots if fewer than the limit are held, and
+// reports how many are held after the call (or that refused it). A key
+// new to a full shard is refused.
+func (t *slotTable) acquire(h uint64) (int, bool) {
+	sh := t.shard(h)
+	sh.mu.Lock()
+	n, ok := sh.held[h]
+	if n >= t.limit || !ok && len(sh.held) >= t.perShard {
+		sh.mu.Unlock()
+		return int(n), false
+	}
+	sh.held[h] = n + 1
+	sh.total++
+	sh.mu.Unlock()
+	return int(n) + 1, true
+}
+
+// release gives back one of h's slots.
+func (t *slotTable) release(h uint64) {
+	sh := t.shard(h)
+	sh.mu.Lock()
+	switch n := sh.held[h]; {
+	case n > 1:
+		sh.held[h] = n - 1
+		sh.total--
+	case n == 1:
+		delete(sh.held, h)
+		sh.total--
+	}
+	sh.mu.Unlock()
+}
+
+// count returns the slots held and the keys holding them.
+func (t *slotTable) count() (held, keys int) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		held += sh.total
+		keys += len(sh.held)
+		sh.mu.Unlock()
+	}
+	return held, keys
+}
+
+func (m *memStore) acquire(_ context.Context, ps *policyState, k bucketKey) (slot, slotAnswer) {
+	n, ok := ps.slots.acquire(k.hash)
+	if !ok {
+		return slot{}, slotAnswer{held: n}
+	}
+	return slot{ps: ps, hash: k.hash}, slotAnswer{held: n, ok: true}
+}
+
+func (m *memStore) release(_ context.Context, s slot) { s.ps.slots.release(s.hash) }
