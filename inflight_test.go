@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -476,4 +477,23 @@ func TestInFlightNoLeak(t *testing.T) {
 	require.Equal(t, 0, st.InFlight)
 	require.Equal(t, 0, st.InFlightKeys)
 	require.Equal(t, uint64(total), st.Allowed+st.Limited)
+}
+
+// TestLogObserverNamesTheInFlightLimit: an in-flight refusal is logged with
+// limit "in-flight" and the key's slots held.
+func TestLogObserverNamesTheInFlightLimit(t *testing.T) {
+	rec := &recorder{}
+	lo, err := addrlimit.NewLogObserver(slog.New(rec), time.Minute)
+	require.NoError(t, err)
+	lim := mustNew(t, 300, time.Minute, addrlimit.WithInFlight(1), addrlimit.WithObserver(lo.Observe))
+	held := lim.AllowKey(t.Context(), "", "user:7", 1)
+	defer lim.Release(t.Context(), held)
+	require.Empty(t, rec.lines())
+	d := lim.AllowKey(t.Context(), "", "user:7", 1)
+	require.True(t, d.InFlightLimited)
+	lines := rec.lines()
+	require.Len(t, lines, 1)
+	for k, v := range map[string]string{"limit": "in-flight", "in_flight": "1", "key": "user:7", "retry_after": "1s", "remaining": "299", "outcome": "limited"} {
+		require.Equal(t, v, lines[0][k], "field %s", k)
+	}
 }

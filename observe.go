@@ -25,12 +25,15 @@ import (
 // string is cut to at most 256 bytes.
 //
 // Each line has the attributes policy, limit (the name of Decision.Limit:
-// for a limited request, the limit that denied it; empty when the quota is
-// unknown), key, route (Decision.Route), outcome, mode ("enforced" or "dry_run"), cost, remaining, retry_after
+// for a limited request, the limit that denied it; "in-flight" when the
+// policy's in-flight limit refused it, Decision.InFlightLimited; empty when
+// the quota is unknown), key, route (Decision.Route), outcome, mode ("enforced" or "dry_run"), cost, remaining, retry_after
 // (rounded up to whole seconds), credentialed (the request carried an
 // Authorization header but was not exempt: a hint anyone can trigger),
 // retired_token (it carried a retired internal secret: one of your services,
-// for sure), suppressed, identity (Decision.Identity, only when set: the
+// for sure), suppressed, in_flight (Decision.InFlight, only when set: the
+// key's requests running, so the lines of in-flight refusals name the keys
+// holding the most slots, each with its count), identity (Decision.Identity, only when set: the
 // service still sending a retired secret), degraded (only when
 // Decision.Degraded is set) and
 // error (only when there is one), with the decision's context. It never
@@ -67,6 +70,10 @@ type logState struct {
 	next       time.Time // earliest time of the next line
 	suppressed uint64
 }
+
+// inFlightLimitName is what a LogObserver logs as the limit of a request
+// the in-flight limit refused.
+const inFlightLimitName = "in-flight"
 
 // maxLogKeys bounds the keys a LogObserver tracks for lines other than
 // those of retired secrets.
@@ -131,9 +138,13 @@ func (o *LogObserver) Observe(ctx context.Context, d Decision) {
 	if d.DryRun {
 		mode = "dry_run"
 	}
+	limit := d.Limit().Name
+	if d.InFlightLimited {
+		limit = inFlightLimitName
+	}
 	attrs := []slog.Attr{
 		slog.String("policy", d.Policy),
-		slog.String("limit", d.Limit().Name),
+		slog.String("limit", limit),
 		slog.String("key", key),
 		slog.String("route", truncate(d.Route, maxLogField)),
 		slog.String("outcome", d.Outcome.String()),
@@ -144,6 +155,9 @@ func (o *LogObserver) Observe(ctx context.Context, d Decision) {
 		slog.Bool("credentialed", d.Credentialed),
 		slog.Bool("retired_token", d.RetiredToken),
 		slog.Uint64("suppressed", suppressed),
+	}
+	if d.InFlight > 0 {
+		attrs = append(attrs, slog.Int("in_flight", d.InFlight))
 	}
 	if d.Identity != "" {
 		attrs = append(attrs, slog.String("identity", d.Identity))
