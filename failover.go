@@ -22,6 +22,7 @@ func init() {
 // a DebtStore).
 type failover struct {
 	remote Store
+	leases *leases   // remote's in-flight slots, if it is an InFlightStore
 	debts  DebtStore // remote, if it is one and policy is FailLocal
 	policy FailurePolicy
 	local  *memStore // the mirror and fallback buckets, one table per policy
@@ -154,14 +155,6 @@ func (f *failover) reset(ctx context.Context, ps *policyState, k bucketKey) erro
 	ps.debts.cancel(k.s, -1)
 	return f.remote.Reset(ctx, k.s, ps.Policy)
 }
-
-// acquire takes the slot in the local table: each instance enforces the
-// in-flight limit alone when remote keeps no slots.
-func (f *failover) acquire(ctx context.Context, ps *policyState, k bucketKey) (slot, slotAnswer) {
-	return f.local.acquire(ctx, ps, k)
-}
-
-func (f *failover) release(ctx context.Context, s slot) { f.local.release(ctx, s) }
 
 // The Store methods are the seam's, for storetest: the wrapper is what
 // production runs in front of a remote store.

@@ -32,7 +32,13 @@ const MaxInFlight = 1 << 20
 // WithMaxKeys keys holding slots per policy; a key with no request running
 // holds no memory, and a key with slots held is never evicted: past the
 // bound, a key that holds none is refused), or for a whole fleet by a
-// Store that implements InFlightStore.
+// Store given to WithStore that implements InFlightStore: a slot is then a
+// lease, renewed every LeaseTime/3 while its request runs and released
+// when it ends (a failed release is retried twice, at the next renewals,
+// then left to lapse). When the store fails to take a slot, the failure
+// policy decides: FailLocal limits with a local table of the same size (so
+// each instance admits up to n per key during the outage), FailOpen lets
+// the request run holding nothing, FailClosed refuses it (503).
 func WithInFlight(n int) Option {
 	return func(c *config) error {
 		if n < 0 || n > MaxInFlight {
@@ -47,6 +53,9 @@ func WithInFlight(n int) Option {
 type slot struct {
 	ps   *policyState // nil: no slot held
 	hash uint64       // the key's, in ps.slots
+	// lease is the slot's lease in a fleet store (InFlightStore); nil: a
+	// slot of ps.slots.
+	lease *Lease
 }
 
 // heldSlot is the slot of a Decision that Allow, Decide or AllowKey
@@ -112,7 +121,15 @@ func (l *Limiter) Release(ctx context.Context, d Decision) {
 	if h == nil || l.byName[d.Policy] != h.ps || !h.released.CompareAndSwap(false, true) {
 		return
 	}
-	l.store.release(context.WithoutCancel(ctx), h.slot)
+	l.free(ctx, h.slot)
+}
+
+// free releases the slot s where it was taken; a fleet store's failure is
+// counted (the seam retries or lets the lease lapse).
+func (l *Limiter) free(ctx context.Context, s slot) {
+	if err := l.store.release(context.WithoutCancel(ctx), s); err != nil {
+		l.storeErrors.Add(1)
+	}
 }
 
 // keep makes the slot s, if it holds one, d's to release (Release).
@@ -209,4 +226,7 @@ func (m *memStore) acquire(_ context.Context, ps *policyState, k bucketKey) (slo
 	return slot{ps: ps, hash: k.hash}, slotAnswer{held: n, ok: true}
 }
 
-func (m *memStore) release(_ context.Context, s slot) { s.ps.slots.release(s.hash) }
+func (m *memStore) release(_ context.Context, s slot) error {
+	s.ps.slots.release(s.hash)
+	return nil
+}

@@ -64,7 +64,9 @@ import (
 )
 
 // Limiter limits requests per key under one or more policies. Build it with
-// New; it is immutable and safe for concurrent use, and starts no goroutine.
+// New; it is immutable and safe for concurrent use, and starts no goroutine
+// but one while it holds in-flight slots in a fleet store (an InFlightStore
+// given to WithStore), which renews them and stops when none is held.
 // A Limiter not built by New (the zero value, or a nil pointer) never lets a
 // request through unlimited: Peek and Reset return the error "addrlimit:
 // Limiter not built with New", every other method panics with it.
@@ -163,7 +165,16 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	}
 	l.store = mem
 	if c.store != nil {
-		l.store = newFailover(c.store, c.failure, mem)
+		f := newFailover(c.store, c.failure, mem)
+		is, ok := c.store.(InFlightStore)
+		if ok && (def.InFlight > 0 || slices.ContainsFunc(c.policies, func(p Policy) bool { return p.InFlight > 0 })) {
+			lt := is.LeaseTime()
+			if lt <= 0 {
+				return nil, fmt.Errorf("addrlimit: the store's LeaseTime must be positive, got %v", lt)
+			}
+			f.leases = newLeases(is, lt)
+		}
+		l.store = f
 	}
 	l.keys = l.store.keys()
 	for _, p := range append([]Policy{def}, c.policies...) {
@@ -243,7 +254,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		c := httpCall(r)
 		ps, k := l.decide(r.Context(), &c, r, wantKey, &d, &s)
 		if s.ps != nil {
-			defer l.store.release(context.WithoutCancel(r.Context()), s)
+			defer l.free(r.Context(), s)
 		}
 		if wantKey {
 			d.Key = k.s

@@ -31,9 +31,10 @@ type seam interface {
 	// set), under the failure policy: the slot it returns is the zero slot
 	// unless one was taken.
 	acquire(ctx context.Context, ps *policyState, k bucketKey) (slot, slotAnswer)
-	// release frees a slot that acquire took, where it took it. It is
-	// called once per slot.
-	release(ctx context.Context, s slot)
+	// release frees a slot that acquire took, where it took it, and
+	// returns a fleet store's error (the seam then retries or lets the
+	// lease lapse). It is called once per slot.
+	release(ctx context.Context, s slot) error
 	// keys is how this seam's keys are made, for the Limiter to make them.
 	keys() keyer
 }
