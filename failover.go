@@ -156,6 +156,49 @@ func (f *failover) reset(ctx context.Context, ps *policyState, k bucketKey) erro
 	return f.remote.Reset(ctx, k.s, ps.Policy)
 }
 
+// acquire takes a slot of k under ps: a lease of remote when it keeps
+// slots, under the failure policy (FailLocal: the local table, of the same
+// size; FailOpen: no slot, the request runs; FailClosed: refused), else
+// the local table (each instance enforces the limit alone). A lease whose
+// Acquire failed is never renewed: if the store took it, it lapses.
+func (f *failover) acquire(ctx context.Context, ps *policyState, k bucketKey) (slot, slotAnswer) {
+	if f.leases == nil {
+		return f.local.acquire(ctx, ps, k)
+	}
+	l := f.leases.newLease(ps.Name, k.s)
+	held, ok, err := f.leases.store.Acquire(context.WithoutCancel(ctx), *l, ps.InFlight)
+	switch {
+	case err == nil && ok:
+		f.leases.hold(l)
+		return slot{ps: ps, hash: k.hash, lease: l}, slotAnswer{held: held, ok: true}
+	case err == nil:
+		return slot{}, slotAnswer{held: held}
+	case f.policy == FailOpen:
+		return slot{}, slotAnswer{ok: true, err: err}
+	case f.policy == FailClosed:
+		return slot{}, slotAnswer{err: err, unknown: true}
+	}
+	s, a := f.local.acquire(ctx, ps, k)
+	a.err = err
+	return s, a
+}
+
+// release frees s where it was taken. A lease is no longer renewed; if its
+// Release fails, it is retried at the next renewal ticks (releaseTries in
+// all: Release of a lease already freed or lapsed frees nothing else) and
+// otherwise lapses.
+func (f *failover) release(ctx context.Context, s slot) error {
+	if s.lease == nil {
+		return f.local.release(ctx, s)
+	}
+	f.leases.drop(s.lease)
+	err := f.leases.store.Release(ctx, *s.lease)
+	if err != nil {
+		f.leases.failed(s.lease)
+	}
+	return err
+}
+
 // The Store methods are the seam's, for storetest: the wrapper is what
 // production runs in front of a remote store.
 
