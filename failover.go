@@ -193,6 +193,7 @@ func (f *failover) release(ctx context.Context, s slot) error {
 	}
 	f.leases.drop(s.lease)
 	err := f.leases.store.Release(ctx, *s.lease)
+	s.ps.slots.notify(s.hash) // this instance's waiting requests try again
 	if err != nil {
 		f.leases.failed(s.lease)
 	}

@@ -287,3 +287,35 @@ func TestNewRefusesANonPositiveLeaseTime(t *testing.T) {
 	_, err = addrlimit.New(1, time.Second, addrlimit.WithStore(newFakeLeases(0)))
 	require.NoError(t, err, "without an in-flight limit the leases are not used")
 }
+
+// TestFleetInFlightWait: on a fleet store, a waiting request takes the
+// slot this instance releases, and retries once at its timeout (another
+// instance's release).
+func TestFleetInFlightWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := newFakeLeases(leaseTime)
+		a := mustNew(t, 300, time.Minute, addrlimit.WithInFlight(1), addrlimit.WithStore(fs), addrlimit.WithInFlightWait(2, 5*time.Second))
+		b := mustNew(t, 300, time.Minute, addrlimit.WithInFlight(1), addrlimit.WithStore(fs))
+		first := a.Allow(req("192.0.2.1:1"))
+		got := make(chan addrlimit.Decision)
+		start := time.Now()
+		go func() { got <- a.Allow(req("192.0.2.1:1")) }()
+		time.Sleep(time.Second)
+		a.Release(t.Context(), first)
+		second := <-got
+		require.True(t, second.HoldsSlot())
+		require.Equal(t, time.Second, time.Since(start))
+		a.Release(t.Context(), second)
+
+		other := b.Allow(req("192.0.2.1:1"))
+		start = time.Now()
+		go func() { got <- a.Allow(req("192.0.2.1:1")) }()
+		time.Sleep(time.Second)
+		b.Release(t.Context(), other)
+		third := <-got
+		require.True(t, third.HoldsSlot(), "the try at the timeout")
+		require.Equal(t, 5*time.Second, time.Since(start))
+		a.Release(t.Context(), third)
+		require.Equal(t, 0, fs.held("default", "192.0.2.1"))
+	})
+}

@@ -80,6 +80,9 @@ func (l *Limiter) hold(ctx context.Context, ps *policyState, k bucketKey, s *slo
 	rateDegraded := d.Degraded
 	var a slotAnswer
 	*s, a = l.store.acquire(ctx, ps, k)
+	if !a.ok && a.err == nil && l.waitQueue > 0 && !l.dryRun {
+		*s, a = l.await(ctx, ps, k, a)
+	}
 	d.InFlight = a.held
 	if a.err != nil {
 		l.storeErrors.Add(1)
@@ -156,10 +159,12 @@ type slotTable struct {
 }
 
 type slotShard struct {
-	mu    sync.Mutex
-	held  map[uint64]int32
-	total int      // the sum of held
-	_     [32]byte // a cache line per shard
+	mu      sync.Mutex
+	held    map[uint64]int32
+	total   int // the sum of held
+	waiting map[uint64]int32
+	wake    chan struct{} // closed by the next release, if requests wait
+	_       [16]byte      // a cache line per shard
 }
 
 // newSlotTable returns the table of limit slots per key, holding at most
@@ -168,6 +173,7 @@ func newSlotTable(limit, maxKeys int) *slotTable {
 	t := &slotTable{limit: int32(limit), perShard: (maxKeys + slotShards - 1) / slotShards}
 	for i := range t.shards {
 		t.shards[i].held = map[uint64]int32{}
+		t.shards[i].waiting = map[uint64]int32{}
 	}
 	return t
 }
@@ -203,7 +209,92 @@ func (t *slotTable) release(h uint64) {
 		delete(sh.held, h)
 		sh.total--
 	}
+	sh.wakeLocked()
 	sh.mu.Unlock()
+}
+
+// wakeLocked wakes the requests waiting in sh, if any.
+func (sh *slotShard) wakeLocked() {
+	if sh.wake != nil {
+		close(sh.wake)
+		sh.wake = nil
+	}
+}
+
+// notify wakes the requests waiting in h's shard: a slot of a fleet store
+// was released by this instance.
+func (t *slotTable) notify(h uint64) {
+	sh := t.shard(h)
+	sh.mu.Lock()
+	sh.wakeLocked()
+	sh.mu.Unlock()
+}
+
+// enqueue counts a request of h as waiting, if fewer than queue do, and
+// returns the channel the next release in its shard closes.
+func (t *slotTable) enqueue(h uint64, queue int) (<-chan struct{}, bool) {
+	sh := t.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if int(sh.waiting[h]) >= queue {
+		return nil, false
+	}
+	sh.waiting[h]++
+	if sh.wake == nil {
+		sh.wake = make(chan struct{})
+	}
+	return sh.wake, true
+}
+
+// dequeue counts a request of h as no longer waiting.
+func (t *slotTable) dequeue(h uint64) {
+	sh := t.shard(h)
+	sh.mu.Lock()
+	if n := sh.waiting[h]; n > 1 {
+		sh.waiting[h] = n - 1
+	} else {
+		delete(sh.waiting, h)
+	}
+	sh.mu.Unlock()
+}
+
+// await waits for a slot of k under ps that acquire refused (a), as
+// WithInFlightWait allows: until a slot is released (in this process), the
+// wait's timeout, at which it tries once more, or the end of ctx (the
+// request's: a client that goes away stops waiting). A waiting request
+// holds no slot; it is counted in PolicyStats.InFlightWaiting.
+func (l *Limiter) await(ctx context.Context, ps *policyState, k bucketKey, a slotAnswer) (slot, slotAnswer) {
+	timer := time.NewTimer(l.waitTimeout)
+	defer timer.Stop()
+	for {
+		wake, ok := ps.slots.enqueue(k.hash, l.waitQueue)
+		if !ok {
+			return slot{}, a
+		}
+		ps.waiting.Add(1)
+		s, b := l.store.acquire(ctx, ps, k) // after enqueue: no release is missed
+		if b.ok || b.err != nil {
+			ps.slots.dequeue(k.hash)
+			ps.waiting.Add(-1)
+			return s, b
+		}
+		a = b
+		var done bool
+		select {
+		case <-wake:
+		case <-timer.C:
+			done = true
+		case <-ctx.Done():
+			ps.slots.dequeue(k.hash)
+			ps.waiting.Add(-1)
+			return slot{}, a
+		}
+		ps.slots.dequeue(k.hash)
+		ps.waiting.Add(-1)
+		if done {
+			return l.store.acquire(ctx, ps, k)
+		}
+	}
 }
 
 // count returns the slots held and the keys holding them.
@@ -216,6 +307,27 @@ func (t *slotTable) count() (held, keys int) {
 		sh.mu.Unlock()
 	}
 	return held, keys
+}
+
+// WithInFlightWait lets a request that finds every in-flight slot of its
+// key held (WithInFlight, Policy.InFlight) wait for one, up to timeout,
+// instead of being refused at once: at most queue requests per key and
+// policy wait, the others are refused at once. A waiting request holds no
+// slot, keeps the tokens it was charged (given back if it is refused in the
+// end) and is counted in PolicyStats.InFlightWaiting; it takes the first
+// slot a request of this process releases (with a fleet store, another
+// instance's release is seen at the next try: once more at the timeout),
+// and stops waiting when its own context ends (the client went away). Not
+// in a dry run, which never refuses. queue must be at least 1 and timeout
+// positive.
+func WithInFlightWait(queue int, timeout time.Duration) Option {
+	return func(c *config) error {
+		if queue < 1 || timeout <= 0 {
+			return fmt.Errorf("addrlimit: WithInFlightWait needs a queue of at least 1 and a positive timeout, got %d and %v", queue, timeout)
+		}
+		c.waitQueue, c.waitTimeout = queue, timeout
+		return nil
+	}
 }
 
 func (m *memStore) acquire(_ context.Context, ps *policyState, k bucketKey) (slot, slotAnswer) {

@@ -71,21 +71,23 @@ import (
 // request through unlimited: Peek and Reset return the error "addrlimit:
 // Limiter not built with New", every other method panics with it.
 type Limiter struct {
-	policies  []*policyState // [0] is the default policy
-	byName    map[string]*policyState
-	keyFunc   KeyFunc // nil: the peer address, formatted without allocating
-	addrKeys  bool    // requests are keyed by AddrKey (keysByAddr): see namedKey
-	selector  PolicySelector
-	cost      func(*http.Request) int
-	refund    func(int) bool
-	exempt    func(*http.Request) bool
-	token     *InternalToken
-	denied    http.Handler
-	observers []func(context.Context, Decision)
-	dryRun    bool
-	inContext bool  // WithDecisionInContext
-	store     seam  // memStore, or failover around the WithStore Store
-	keys      keyer // the seam's: how keys are hashed, and whether it needs their strings
+	policies    []*policyState // [0] is the default policy
+	byName      map[string]*policyState
+	keyFunc     KeyFunc // nil: the peer address, formatted without allocating
+	addrKeys    bool    // requests are keyed by AddrKey (keysByAddr): see namedKey
+	selector    PolicySelector
+	cost        func(*http.Request) int
+	refund      func(int) bool
+	exempt      func(*http.Request) bool
+	token       *InternalToken
+	denied      http.Handler
+	observers   []func(context.Context, Decision)
+	dryRun      bool
+	inContext   bool // WithDecisionInContext
+	waitQueue   int  // WithInFlightWait: requests that may wait per key; 0: none
+	waitTimeout time.Duration
+	store       seam  // memStore, or failover around the WithStore Store
+	keys        keyer // the seam's: how keys are hashed, and whether it needs their strings
 
 	exempted, credentialed, retiredLimited, keyErrors, storeErrors, refunded atomic.Uint64
 	identities                                                               *identityCounters // per identity of token
@@ -110,6 +112,7 @@ type policyState struct {
 	// inFlightOverAllowed those of them that the rate limits had allowed
 	// (and counted so: Stats moves them to Limited).
 	inFlightLimited, inFlightOverAllowed atomic.Uint64
+	waiting                              atomic.Int64 // requests waiting for a slot (WithInFlightWait)
 }
 
 // tau is the policy's longest full refill time in ns: after it, every
@@ -145,19 +148,21 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	}
 	def.InFlight = c.inFlight
 	l := &Limiter{
-		byName:     make(map[string]*policyState, 1+len(c.policies)),
-		keyFunc:    c.keyFunc,
-		addrKeys:   keysByAddr(c.keyFunc),
-		selector:   c.selector,
-		cost:       c.cost,
-		refund:     c.refund,
-		exempt:     c.exempt,
-		token:      c.token,
-		identities: newIdentityCounters(c.token),
-		denied:     c.denied,
-		observers:  c.observers,
-		dryRun:     c.dryRun,
-		inContext:  c.decisionInContext,
+		byName:      make(map[string]*policyState, 1+len(c.policies)),
+		keyFunc:     c.keyFunc,
+		addrKeys:    keysByAddr(c.keyFunc),
+		selector:    c.selector,
+		cost:        c.cost,
+		refund:      c.refund,
+		exempt:      c.exempt,
+		token:       c.token,
+		identities:  newIdentityCounters(c.token),
+		denied:      c.denied,
+		observers:   c.observers,
+		dryRun:      c.dryRun,
+		inContext:   c.decisionInContext,
+		waitQueue:   c.waitQueue,
+		waitTimeout: c.waitTimeout,
 	}
 	mem := newMemStore(c.maxKeys)
 	if c.clock != nil {

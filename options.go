@@ -15,26 +15,28 @@ import (
 type Option func(*config) error
 
 type config struct {
-	name      string
-	burst     int
-	limits    []Limit  // the default policy's further limits, from WithLimit
-	policies  []Policy // named ones, from WithPolicy
-	selector  PolicySelector
-	cost      func(*http.Request) int
-	refund    func(status int) bool
-	keyFunc   KeyFunc
-	exempt    func(*http.Request) bool
-	token     *InternalToken
-	denied    http.Handler
-	maxKeys   int
-	inFlight  int // the default policy's
-	observers []func(context.Context, Decision)
-	dryRun    bool
-	store     Store
-	headers   HeaderStyle
-	failure   FailurePolicy
-	failSet   bool // WithStoreFailure was given
-	clock     func() time.Time
+	name        string
+	burst       int
+	limits      []Limit  // the default policy's further limits, from WithLimit
+	policies    []Policy // named ones, from WithPolicy
+	selector    PolicySelector
+	cost        func(*http.Request) int
+	refund      func(status int) bool
+	keyFunc     KeyFunc
+	exempt      func(*http.Request) bool
+	token       *InternalToken
+	denied      http.Handler
+	maxKeys     int
+	inFlight    int // the default policy's
+	waitQueue   int // WithInFlightWait
+	waitTimeout time.Duration
+	observers   []func(context.Context, Decision)
+	dryRun      bool
+	store       Store
+	headers     HeaderStyle
+	failure     FailurePolicy
+	failSet     bool // WithStoreFailure was given
+	clock       func() time.Time
 
 	decisionInContext bool
 }

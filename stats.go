@@ -63,8 +63,10 @@ type PolicyStats struct {
 	// (Policy.InFlight) in this process's memory, and InFlightKeys the
 	// keys holding them; InFlightLimited counts the requests the in-flight
 	// limit refused (Decision.InFlightLimited; they count in Limited too).
-	InFlight, InFlightKeys int
-	InFlightLimited        uint64
+	// InFlightWaiting is the number of requests waiting for a slot now
+	// (WithInFlightWait); they hold none.
+	InFlight, InFlightKeys, InFlightWaiting int
+	InFlightLimited                         uint64
 }
 
 // LimitStats are the counters of one limit of a policy.
@@ -104,6 +106,7 @@ func (l *Limiter) Stats() Stats {
 		}
 		if ps.slots != nil {
 			p.InFlight, p.InFlightKeys = ps.slots.count()
+			p.InFlightWaiting = int(ps.waiting.Load())
 		}
 		for i, lim := range ps.Limits {
 			p.Limits[i] = LimitStats{Name: lim.Name, Limited: t.LimitedBy[i] + ps.limitedBy[i].Load()}
