@@ -29,6 +29,7 @@
 //	addrlimit.approx_keys            Int64ObservableUpDownCounter  {key}      addrlimit_approx_keys
 //	addrlimit.approx_fill            Float64ObservableGauge        1          addrlimit_approx_fill_ratio
 //	addrlimit.in_flight              Int64ObservableUpDownCounter  {request}  addrlimit_in_flight{policy}
+//	addrlimit.in_flight_waiting      Int64ObservableUpDownCounter  {request}  addrlimit_in_flight_waiting{policy}
 //	addrlimit.in_flight_limited      Int64ObservableCounter        {request}  addrlimit_in_flight_limited_total{policy}
 //	addrlimit.identity_exempt        Int64ObservableCounter        {request}  addrlimit_identity_exempt_total{identity}
 //	addrlimit.identity_retired_token_limited
@@ -40,8 +41,7 @@
 // policy can have the empty name). addrlimit.limit_denials has the
 // attributes policy and limit: the limited requests of each limit of each
 // policy, by the limit that denied them (Decision.Limit). addrlimit.keys has
-// the attribute policy, as addrlimit.in_flight and addrlimit.in_flight_limited
-// do, which are reported for the policies with an in-flight limit
+// the attribute policy, as the addrlimit.in_flight* instruments do, which are reported for the policies with an in-flight limit
 // (addrlimit.Policy.InFlight) only. The addrlimit.identity_* instruments have the
 // attribute identity, one per name of addrlimit.NewIdentities (requests with
 // anonymous secrets count only in the totals).
@@ -94,7 +94,7 @@ type instruments struct {
 	keyErrors, storeErrors, evictions         metric.Int64ObservableCounter
 	identityExempt, identityRetired           metric.Int64ObservableCounter
 	inFlightLimited                           metric.Int64ObservableCounter
-	keys, approxKeys, inFlight                metric.Int64ObservableUpDownCounter
+	keys, approxKeys, inFlight, inFlightWait  metric.Int64ObservableUpDownCounter
 	approxFill                                metric.Float64ObservableGauge
 }
 
@@ -135,6 +135,8 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 	var err error
 	in.inFlight, err = meter.Int64ObservableUpDownCounter("addrlimit.in_flight", metric.WithUnit("{request}"), metric.WithDescription("In-flight slots held in this process's memory, per policy with an in-flight limit."))
 	errs = append(errs, err)
+	in.inFlightWait, err = meter.Int64ObservableUpDownCounter("addrlimit.in_flight_waiting", metric.WithUnit("{request}"), metric.WithDescription("Requests waiting for an in-flight slot (WithInFlightWait), per policy with an in-flight limit; they hold none."))
+	errs = append(errs, err)
 	in.keys, err = meter.Int64ObservableUpDownCounter("addrlimit.keys", metric.WithUnit("{key}"), metric.WithDescription("Exact buckets held in this process's memory (with a remote store: the local mirror kept under FailLocal, not the store's own buckets)."))
 	errs = append(errs, err)
 	in.approxKeys, err = meter.Int64ObservableUpDownCounter("addrlimit.approx_keys", metric.WithUnit("{key}"), metric.WithDescription("Estimated number of keys whose state lives only in the approximate memory."))
@@ -166,6 +168,7 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 			}
 			if policies[i].InFlight > 0 {
 				o.ObserveInt64(in.inFlight, int64(p.InFlight), attrs(policy))
+				o.ObserveInt64(in.inFlightWait, int64(p.InFlightWaiting), attrs(policy))
 				o.ObserveInt64(in.inFlightLimited, clamp(p.InFlightLimited), attrs(policy))
 			}
 		}
@@ -187,7 +190,7 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 	}
 	reg, err := meter.RegisterCallback(observe,
 		in.requests, in.denials, in.refunded, in.credentialed, in.retired, in.keyErrors, in.storeErrors, in.evictions,
-		in.keys, in.approxKeys, in.approxFill, in.identityExempt, in.identityRetired, in.inFlight, in.inFlightLimited)
+		in.keys, in.approxKeys, in.approxFill, in.identityExempt, in.identityRetired, in.inFlight, in.inFlightWait, in.inFlightLimited)
 	if err != nil {
 		return nil, fmt.Errorf("otelcollector: registering the callback: %w", err)
 	}

@@ -43,8 +43,11 @@ addrlimit_in_flight{policy="export"} 2
 # HELP addrlimit_in_flight_limited_total Requests refused by the in-flight limit of their policy (counted as limited too).
 # TYPE addrlimit_in_flight_limited_total counter
 addrlimit_in_flight_limited_total{policy="export"} 1
+# HELP addrlimit_in_flight_waiting Requests waiting for an in-flight slot (WithInFlightWait), per policy with an in-flight limit; they hold none.
+# TYPE addrlimit_in_flight_waiting gauge
+addrlimit_in_flight_waiting{policy="export"} 0
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "addrlimit_in_flight", "addrlimit_in_flight_limited_total"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "addrlimit_in_flight", "addrlimit_in_flight_limited_total", "addrlimit_in_flight_waiting"); err != nil {
 		t.Fatal(err)
 	}
 }
