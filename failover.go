@@ -183,7 +183,7 @@ func (f *failover) acquire(ctx context.Context, ps *policyState, k bucketKey) (s
 	return s, a
 }
 
-// release frees s where it was taken. A lease is no longer renewed; if its
+// release frees s where it was taken, whatever ctx's cancellation. A lease is no longer renewed; if its
 // Release fails, it is retried at the next renewal ticks (releaseTries in
 // all: Release of a lease already freed or lapsed frees nothing else) and
 // otherwise lapses.
@@ -192,7 +192,7 @@ func (f *failover) release(ctx context.Context, s slot) error {
 		return f.local.release(ctx, s)
 	}
 	f.leases.drop(s.lease)
-	err := f.leases.store.Release(ctx, *s.lease)
+	err := f.leases.store.Release(context.WithoutCancel(ctx), *s.lease)
 	s.ps.slots.notify(s.hash) // this instance's waiting requests try again
 	if err != nil {
 		f.leases.failed(s.lease)

@@ -28,10 +28,12 @@ const MaxInFlight = 1 << 20
 // Exempt requests hold no slot. Allow, Decide and AllowKey callers release
 // the slot with Limiter.Release.
 //
-// Slots are counted per policy and key in this process's memory (at most
-// WithMaxKeys keys holding slots per policy; a key with no request running
-// holds no memory, and a key with slots held is never evicted: past the
-// bound, a key that holds none is refused), or for a whole fleet by a
+// Slots are counted per policy and key in this process's memory: at most
+// WithMaxKeys keys holding slots per policy (in 64 shards of a 64th each,
+// rounded up), and a key with slots held is never evicted: past the bound,
+// a key that holds none is refused. Keys whose requests all ended are
+// swept, so the table's entries stay below twice the keys holding slots
+// plus 64 per shard. Or slots are counted for a whole fleet by a
 // Store given to WithStore that implements InFlightStore: a slot is then a
 // lease, renewed every LeaseTime/3 while its request runs and released
 // when it ends (a failed release is retried twice, at the next renewals,
@@ -128,9 +130,11 @@ func (l *Limiter) Release(ctx context.Context, d Decision) {
 }
 
 // free releases the slot s where it was taken; a fleet store's failure is
-// counted (the seam retries or lets the lease lapse).
+// counted (the seam retries or lets the lease lapse). The seam ignores
+// ctx's cancellation (the memory table has no use for ctx at all, so it is
+// not wrapped here: that would cost an allocation per request).
 func (l *Limiter) free(ctx context.Context, s slot) {
-	if err := l.store.release(context.WithoutCancel(ctx), s); err != nil {
+	if err := l.store.release(ctx, s); err != nil {
 		l.storeErrors.Add(1)
 	}
 }
@@ -151,24 +155,32 @@ func (d Decision) HoldsSlot() bool { return d.slot != nil }
 const slotShards = 64
 
 // slotTable counts the in-flight slots held per key of one policy, in
-// memory: only keys with slots held have an entry.
+// memory. A key whose last slot is released keeps its entry (at 0) until
+// its shard sweeps them, when entries outnumber twice the keys holding
+// slots plus slotSweepSlack: deleting and inserting an entry per request
+// measured about twice the cost of updating it (BenchmarkSlotTable).
 type slotTable struct {
 	limit    int32
-	perShard int // the keys a shard holds at most
+	perShard int // the keys holding slots a shard holds at most
 	shards   [slotShards]slotShard
 }
 
 type slotShard struct {
 	mu      sync.Mutex
-	held    map[uint64]int32
-	total   int // the sum of held
+	held    map[uint64]int32 // slots held per key; 0: an entry left to sweep
+	live    int              // keys holding slots
+	total   int              // the sum of held
 	waiting map[uint64]int32
 	wake    chan struct{} // closed by the next release, if requests wait
-	_       [16]byte      // a cache line per shard
+	_       [8]byte       // a cache line per shard
 }
 
+// slotSweepSlack is how many idle entries a shard keeps beyond twice its
+// live keys.
+const slotSweepSlack = 64
+
 // newSlotTable returns the table of limit slots per key, holding at most
-// maxKeys keys (rounded up to a multiple of slotShards).
+// maxKeys keys with slots held (rounded up to a multiple of slotShards).
 func newSlotTable(limit, maxKeys int) *slotTable {
 	t := &slotTable{limit: int32(limit), perShard: (maxKeys + slotShards - 1) / slotShards}
 	for i := range t.shards {
@@ -182,14 +194,21 @@ func (t *slotTable) shard(h uint64) *slotShard { return &t.shards[h>>58] }
 
 // acquire takes one of h's slots if fewer than the limit are held, and
 // reports how many are held after the call (or that refused it). A key
-// new to a full shard is refused.
+// holding none is refused when its shard's keys holding slots are at the
+// bound.
 func (t *slotTable) acquire(h uint64) (int, bool) {
 	sh := t.shard(h)
 	sh.mu.Lock()
-	n, ok := sh.held[h]
-	if n >= t.limit || !ok && len(sh.held) >= t.perShard {
+	n := sh.held[h]
+	if n >= t.limit || n == 0 && sh.live >= t.perShard {
 		sh.mu.Unlock()
 		return int(n), false
+	}
+	if n == 0 {
+		if len(sh.held) >= 2*sh.live+slotSweepSlack {
+			sh.sweepLocked()
+		}
+		sh.live++
 	}
 	sh.held[h] = n + 1
 	sh.total++
@@ -197,20 +216,40 @@ func (t *slotTable) acquire(h uint64) (int, bool) {
 	return int(n) + 1, true
 }
 
+// sweepLocked deletes the entries of keys holding no slot.
+func (sh *slotShard) sweepLocked() {
+	for h, n := range sh.held {
+		if n == 0 {
+			delete(sh.held, h)
+		}
+	}
+}
+
 // release gives back one of h's slots.
 func (t *slotTable) release(h uint64) {
 	sh := t.shard(h)
 	sh.mu.Lock()
-	switch n := sh.held[h]; {
-	case n > 1:
+	if n := sh.held[h]; n > 0 {
 		sh.held[h] = n - 1
 		sh.total--
-	case n == 1:
-		delete(sh.held, h)
-		sh.total--
+		if n == 1 {
+			sh.live--
+		}
 	}
 	sh.wakeLocked()
 	sh.mu.Unlock()
+}
+
+// count returns the slots held and the keys holding them.
+func (t *slotTable) count() (held, keys int) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		held += sh.total
+		keys += sh.live
+		sh.mu.Unlock()
+	}
+	return held, keys
 }
 
 // wakeLocked wakes the requests waiting in sh, if any.
@@ -295,18 +334,6 @@ func (l *Limiter) await(ctx context.Context, ps *policyState, k bucketKey, a slo
 			return l.store.acquire(ctx, ps, k)
 		}
 	}
-}
-
-// count returns the slots held and the keys holding them.
-func (t *slotTable) count() (held, keys int) {
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		held += sh.total
-		keys += len(sh.held)
-		sh.mu.Unlock()
-	}
-	return held, keys
 }
 
 // WithInFlightWait lets a request that finds every in-flight slot of its

@@ -33,7 +33,8 @@ type seam interface {
 	acquire(ctx context.Context, ps *policyState, k bucketKey) (slot, slotAnswer)
 	// release frees a slot that acquire took, where it took it, and
 	// returns a fleet store's error (the seam then retries or lets the
-	// lease lapse). It is called once per slot.
+	// lease lapse), whether ctx is cancelled or not. It is called once per
+	// slot.
 	release(ctx context.Context, s slot) error
 	// keys is how this seam's keys are made, for the Limiter to make them.
 	keys() keyer
