@@ -170,7 +170,7 @@ func (f *failover) acquire(ctx context.Context, ps *policyState, k bucketKey) (s
 	switch {
 	case err == nil && ok:
 		f.leases.hold(l)
-		return slot{ps: ps, hash: k.hash, lease: l}, slotAnswer{held: held, ok: true}
+		return slot{ps: ps, lease: l}, slotAnswer{held: held, ok: true}
 	case err == nil:
 		return slot{}, slotAnswer{held: held}
 	case f.policy == FailOpen:
@@ -193,7 +193,7 @@ func (f *failover) release(ctx context.Context, s slot) error {
 	}
 	f.leases.drop(s.lease)
 	err := f.leases.store.Release(context.WithoutCancel(ctx), *s.lease)
-	s.ps.slots.notify(s.hash) // this instance's waiting requests try again
+	s.ps.slots.notify() // this instance's waiting requests try again
 	if err != nil {
 		f.leases.failed(s.lease)
 	}

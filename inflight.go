@@ -3,7 +3,6 @@ package addrlimit
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -29,11 +28,10 @@ const MaxInFlight = 1 << 20
 // the slot with Limiter.Release.
 //
 // Slots are counted per policy and key in this process's memory: at most
-// WithMaxKeys keys holding slots per policy (in 64 shards of a 64th each,
-// rounded up), and a key with slots held is never evicted: past the bound,
-// a key that holds none is refused. Keys whose requests all ended are
-// swept, so the table's entries stay below twice the keys holding slots
-// plus 64 per shard. Or slots are counted for a whole fleet by a
+// WithMaxKeys keys per policy, and a key with slots held is never evicted:
+// past the bound, a key that holds none is refused. Keys whose requests
+// all ended are swept, so the table stays below about twice the keys
+// holding slots plus 1,024. Or slots are counted for a whole fleet by a
 // Store given to WithStore that implements InFlightStore: a slot is then a
 // lease, renewed every LeaseTime/3 while its request runs and released
 // when it ends (a failed release is retried twice, at the next renewals,
@@ -53,8 +51,8 @@ func WithInFlight(n int) Option {
 
 // slot is an in-flight slot a decision holds: the zero slot holds none.
 type slot struct {
-	ps   *policyState // nil: no slot held
-	hash uint64       // the key's, in ps.slots
+	ps  *policyState // nil: no slot held
+	cnt *slotCount   // the key's count in ps.slots, for a slot of the table
 	// lease is the slot's lease in a fleet store (InFlightStore); nil: a
 	// slot of ps.slots.
 	lease *Lease
@@ -151,152 +149,6 @@ func (d *Decision) keep(s slot) {
 // under a policy with an in-flight limit. It stays true after the release.
 func (d Decision) HoldsSlot() bool { return d.slot != nil }
 
-// slotShards is the number of shards of a slotTable.
-const slotShards = 64
-
-// slotTable counts the in-flight slots held per key of one policy, in
-// memory. A key whose last slot is released keeps its entry (at 0) until
-// its shard sweeps them, when entries outnumber twice the keys holding
-// slots plus slotSweepSlack: deleting and inserting an entry per request
-// measured about twice the cost of updating it (BenchmarkSlotTable).
-type slotTable struct {
-	limit    int32
-	perShard int // the keys holding slots a shard holds at most
-	shards   [slotShards]slotShard
-}
-
-type slotShard struct {
-	mu      sync.Mutex
-	held    map[uint64]int32 // slots held per key; 0: an entry left to sweep
-	live    int              // keys holding slots
-	total   int              // the sum of held
-	waiting map[uint64]int32
-	wake    chan struct{} // closed by the next release, if requests wait
-	_       [8]byte       // a cache line per shard
-}
-
-// slotSweepSlack is how many idle entries a shard keeps beyond twice its
-// live keys.
-const slotSweepSlack = 64
-
-// newSlotTable returns the table of limit slots per key, holding at most
-// maxKeys keys with slots held (rounded up to a multiple of slotShards).
-func newSlotTable(limit, maxKeys int) *slotTable {
-	t := &slotTable{limit: int32(limit), perShard: (maxKeys + slotShards - 1) / slotShards}
-	for i := range t.shards {
-		t.shards[i].held = map[uint64]int32{}
-		t.shards[i].waiting = map[uint64]int32{}
-	}
-	return t
-}
-
-func (t *slotTable) shard(h uint64) *slotShard { return &t.shards[h>>58] }
-
-// acquire takes one of h's slots if fewer than the limit are held, and
-// reports how many are held after the call (or that refused it). A key
-// holding none is refused when its shard's keys holding slots are at the
-// bound.
-func (t *slotTable) acquire(h uint64) (int, bool) {
-	sh := t.shard(h)
-	sh.mu.Lock()
-	n := sh.held[h]
-	if n >= t.limit || n == 0 && sh.live >= t.perShard {
-		sh.mu.Unlock()
-		return int(n), false
-	}
-	if n == 0 {
-		if len(sh.held) >= 2*sh.live+slotSweepSlack {
-			sh.sweepLocked()
-		}
-		sh.live++
-	}
-	sh.held[h] = n + 1
-	sh.total++
-	sh.mu.Unlock()
-	return int(n) + 1, true
-}
-
-// sweepLocked deletes the entries of keys holding no slot.
-func (sh *slotShard) sweepLocked() {
-	for h, n := range sh.held {
-		if n == 0 {
-			delete(sh.held, h)
-		}
-	}
-}
-
-// release gives back one of h's slots.
-func (t *slotTable) release(h uint64) {
-	sh := t.shard(h)
-	sh.mu.Lock()
-	if n := sh.held[h]; n > 0 {
-		sh.held[h] = n - 1
-		sh.total--
-		if n == 1 {
-			sh.live--
-		}
-	}
-	sh.wakeLocked()
-	sh.mu.Unlock()
-}
-
-// count returns the slots held and the keys holding them.
-func (t *slotTable) count() (held, keys int) {
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		held += sh.total
-		keys += sh.live
-		sh.mu.Unlock()
-	}
-	return held, keys
-}
-
-// wakeLocked wakes the requests waiting in sh, if any.
-func (sh *slotShard) wakeLocked() {
-	if sh.wake != nil {
-		close(sh.wake)
-		sh.wake = nil
-	}
-}
-
-// notify wakes the requests waiting in h's shard: a slot of a fleet store
-// was released by this instance.
-func (t *slotTable) notify(h uint64) {
-	sh := t.shard(h)
-	sh.mu.Lock()
-	sh.wakeLocked()
-	sh.mu.Unlock()
-}
-
-// enqueue counts a request of h as waiting, if fewer than queue do, and
-// returns the channel the next release in its shard closes.
-func (t *slotTable) enqueue(h uint64, queue int) (<-chan struct{}, bool) {
-	sh := t.shard(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if int(sh.waiting[h]) >= queue {
-		return nil, false
-	}
-	sh.waiting[h]++
-	if sh.wake == nil {
-		sh.wake = make(chan struct{})
-	}
-	return sh.wake, true
-}
-
-// dequeue counts a request of h as no longer waiting.
-func (t *slotTable) dequeue(h uint64) {
-	sh := t.shard(h)
-	sh.mu.Lock()
-	if n := sh.waiting[h]; n > 1 {
-		sh.waiting[h] = n - 1
-	} else {
-		delete(sh.waiting, h)
-	}
-	sh.mu.Unlock()
-}
-
 // await waits for a slot of k under ps that acquire refused (a), as
 // WithInFlightWait allows: until a slot is released (in this process), the
 // wait's timeout, at which it tries once more, or the end of ctx (the
@@ -310,11 +162,9 @@ func (l *Limiter) await(ctx context.Context, ps *policyState, k bucketKey, a slo
 		if !ok {
 			return slot{}, a
 		}
-		ps.waiting.Add(1)
 		s, b := l.store.acquire(ctx, ps, k) // after enqueue: no release is missed
 		if b.ok || b.err != nil {
 			ps.slots.dequeue(k.hash)
-			ps.waiting.Add(-1)
 			return s, b
 		}
 		a = b
@@ -325,11 +175,9 @@ func (l *Limiter) await(ctx context.Context, ps *policyState, k bucketKey, a slo
 			done = true
 		case <-ctx.Done():
 			ps.slots.dequeue(k.hash)
-			ps.waiting.Add(-1)
 			return slot{}, a
 		}
 		ps.slots.dequeue(k.hash)
-		ps.waiting.Add(-1)
 		if done {
 			return l.store.acquire(ctx, ps, k)
 		}
@@ -358,14 +206,14 @@ func WithInFlightWait(queue int, timeout time.Duration) Option {
 }
 
 func (m *memStore) acquire(_ context.Context, ps *policyState, k bucketKey) (slot, slotAnswer) {
-	n, ok := ps.slots.acquire(k.hash)
+	c, n, ok := ps.slots.acquire(k.hash)
 	if !ok {
 		return slot{}, slotAnswer{held: n}
 	}
-	return slot{ps: ps, hash: k.hash}, slotAnswer{held: n, ok: true}
+	return slot{ps: ps, cnt: c}, slotAnswer{held: n, ok: true}
 }
 
 func (m *memStore) release(_ context.Context, s slot) error {
-	s.ps.slots.release(s.hash)
+	s.ps.slots.release(s.cnt)
 	return nil
 }

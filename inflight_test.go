@@ -321,7 +321,7 @@ func TestInFlightHTTP2RapidReset(t *testing.T) {
 	tr := client.Transport.(*http.Transport)
 	tr.ForceAttemptHTTP2 = true
 	tr.HTTP2 = &http.HTTP2Config{StrictMaxConcurrentRequests: true} // one connection, 250 streams at most
-	warm, err := client.Get(srv.URL)                                 // the connection, before the streams share it
+	warm, err := client.Get(srv.URL)                                // the connection, before the streams share it
 	require.NoError(t, err)
 	_ = warm.Body.Close()
 	var ok, refused, reset atomic.Int64

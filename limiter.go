@@ -112,7 +112,6 @@ type policyState struct {
 	// inFlightOverAllowed those of them that the rate limits had allowed
 	// (and counted so: Stats moves them to Limited).
 	inFlightLimited, inFlightOverAllowed atomic.Uint64
-	waiting                              atomic.Int64 // requests waiting for a slot (WithInFlightWait)
 }
 
 // tau is the policy's longest full refill time in ns: after it, every

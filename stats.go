@@ -106,7 +106,7 @@ func (l *Limiter) Stats() Stats {
 		}
 		if ps.slots != nil {
 			p.InFlight, p.InFlightKeys = ps.slots.count()
-			p.InFlightWaiting = int(ps.waiting.Load())
+			p.InFlightWaiting = int(ps.slots.waiters.Load())
 		}
 		for i, lim := range ps.Limits {
 			p.Limits[i] = LimitStats{Name: lim.Name, Limited: t.LimitedBy[i] + ps.limitedBy[i].Load()}
