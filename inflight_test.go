@@ -510,3 +510,22 @@ func TestLogObserverNamesTheInFlightLimit(t *testing.T) {
 		require.Equal(t, v, lines[0][k], "field %s", k)
 	}
 }
+
+// TestInFlightDryRun: in a dry run, a request the in-flight limit would
+// refuse is served, holding no slot, flagged and counted as limited.
+func TestInFlightDryRun(t *testing.T) {
+	lim := mustNew(t, 300, time.Minute, addrlimit.WithInFlight(1), addrlimit.WithDryRun())
+	a := lim.Allow(req("192.0.2.1:1"))
+	require.True(t, a.HoldsSlot())
+	b := lim.Allow(req("192.0.2.1:1"))
+	require.True(t, b.InFlightLimited)
+	require.True(t, b.DryRun)
+	require.False(t, b.Denied())
+	require.False(t, b.HoldsSlot())
+	require.Equal(t, 1, inFlightHeld(lim, "default"))
+	st := lim.Stats().Policies[0]
+	require.Equal(t, uint64(1), st.Limited)
+	require.Equal(t, uint64(1), st.InFlightLimited)
+	lim.Release(t.Context(), a)
+	require.Equal(t, 0, inFlightHeld(lim, "default"))
+}
