@@ -286,16 +286,34 @@ func TestInFlightAllowReleaseConcurrent(t *testing.T) {
 
 // slowHandler counts the handlers running per client address, and keeps
 // each running for a while whatever the client does (the slot is held
-// until the handler returns, not until the client goes away).
-func slowHandler(c *running) http.Handler {
+// until the handler returns, not until the client goes away). Until the
+// limit has refused a request (refusedOnce's gate), every handler waits:
+// the first N hold their slots, so the next request is refused whatever
+// the scheduling.
+func slowHandler(c *running, gate <-chan struct{}) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
 		c.enter(host)
+		if r.URL.Path != "/warm" {
+			<-gate
+		}
 		for range 20 {
 			time.Sleep(50 * time.Microsecond) // the work; not a timing assumption
 		}
 		c.leave(host)
 		_, _ = io.WriteString(w, "ok")
+	})
+}
+
+// refusedOnce returns a gate closed by the first in-flight refusal, and
+// the observer that closes it.
+func refusedOnce() (<-chan struct{}, addrlimit.Option) {
+	gate := make(chan struct{})
+	var once sync.Once
+	return gate, addrlimit.WithObserver(func(_ context.Context, d addrlimit.Decision) {
+		if d.InFlightLimited {
+			once.Do(func() { close(gate) })
+		}
 	})
 }
 
@@ -305,9 +323,10 @@ func slowHandler(c *running) http.Handler {
 // them did without the limit), and no slot is left held.
 func TestInFlightHTTP2RapidReset(t *testing.T) {
 	const n = 2
-	lim := mustNew(t, 1<<30, time.Hour, addrlimit.WithInFlight(n))
+	gate, observer := refusedOnce()
+	lim := mustNew(t, 1<<30, time.Hour, addrlimit.WithInFlight(n), observer)
 	var c running
-	srv := httptest.NewUnstartedServer(lim.Handler(slowHandler(&c)))
+	srv := httptest.NewUnstartedServer(lim.Handler(slowHandler(&c, gate)))
 	srv.EnableHTTP2 = true
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	var conns atomic.Int64
@@ -321,7 +340,7 @@ func TestInFlightHTTP2RapidReset(t *testing.T) {
 	tr := client.Transport.(*http.Transport)
 	tr.ForceAttemptHTTP2 = true
 	tr.HTTP2 = &http.HTTP2Config{StrictMaxConcurrentRequests: true} // one connection, 250 streams at most
-	warm, err := client.Get(srv.URL)                                // the connection, before the streams share it
+	warm, err := client.Get(srv.URL + "/warm")                      // the connection, before the streams share it
 	require.NoError(t, err)
 	_ = warm.Body.Close()
 	var ok, refused, reset atomic.Int64
@@ -367,9 +386,10 @@ func TestInFlightHTTP2RapidReset(t *testing.T) {
 // 32 requests in one write: never more than N handlers at once.
 func TestInFlightHTTP1Pipelining(t *testing.T) {
 	const n = 2
-	lim := mustNew(t, 1<<30, time.Hour, addrlimit.WithInFlight(n))
+	gate, observer := refusedOnce()
+	lim := mustNew(t, 1<<30, time.Hour, addrlimit.WithInFlight(n), observer)
 	var c running
-	srv := httptest.NewServer(lim.Handler(slowHandler(&c)))
+	srv := httptest.NewServer(lim.Handler(slowHandler(&c, gate)))
 	var statuses sync.Map
 	var wg sync.WaitGroup
 	for range 8 {
@@ -393,6 +413,7 @@ func TestInFlightHTTP1Pipelining(t *testing.T) {
 	wg.Wait()
 	srv.Close()
 	require.LessOrEqual(t, c.max(), n)
+	require.Positive(t, refusedCount(&statuses))
 	require.Equal(t, int64(256), c.entered.Load()+refusedCount(&statuses))
 	require.Equal(t, 0, inFlightHeld(lim, "default"))
 }
