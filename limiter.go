@@ -244,8 +244,10 @@ func (l *Limiter) Policies() []Policy {
 // quota header fields; a denied one gets 429 Too Many Requests with
 // Retry-After (whole seconds, at least 1) and Cache-Control: no-store (413
 // for a cost over the burst, see WithCost), or the WithDeniedHandler
-// response. It panics if next is nil. Without a net/http middleware slot
-// (gin), use Allow, Respond and Refund.
+// response. Under an in-flight limit (WithInFlight, Policy.InFlight) an
+// allowed request holds its slot until next returns, however it returns
+// (a panic included), and frees it once. It panics if next is nil. Without
+// a net/http middleware slot (gin), use Allow, Respond, Refund and Release.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	l.mustBeBuilt()
 	if next == nil {
