@@ -116,3 +116,22 @@ func BenchmarkLimits(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkInFlight: one address below its rate, served through Handler
+// without an in-flight limit (none) and with one (inflight=2: a slot taken
+// and released per request). Compare the two within one run; on a loaded
+// machine interleave runs (-count) and compare medians.
+func BenchmarkInFlight(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		opts []addrlimit.Option
+	}{
+		{"none", nil},
+		{"inflight=2", []addrlimit.Option{addrlimit.WithInFlight(2)}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			lim := mustNew(b, 1_000_000_000, time.Second, append(tc.opts, addrlimit.WithBurst(300), addrlimit.WithHeaders(addrlimit.HeaderNone))...)
+			benchServe(b, lim.Handler(noop), req("192.0.2.1:1234"))
+		})
+	}
+}

@@ -19,13 +19,14 @@ type Call struct {
 	Policy        string // "" for the default
 	Cost          int    // 0 means 1
 	Route         string // for observers
+	NoSlot        bool   // pass the rate limits only: no in-flight slot (a stream's message)
 	Err           error  // a warning met describing the call
 }
 
-// Decide decides c on Handler's path (all but WithExempt, an HTTP rule) and
-// tells the observers, with ctx, whose cancellation never reaches the Store. It
-// writes nothing: refuse a Denied decision yourself and send QuotaFields where
-// your protocol carries them.
+// Decide decides c on Handler's path (but WithExempt, an HTTP rule) and tells
+// the observers; ctx's cancellation never reaches the Store. It writes
+// nothing: refuse a Denied decision, send QuotaFields where your protocol
+// can, and defer Release of an in-flight slot (unless c.NoSlot).
 func (l *Limiter) Decide(ctx context.Context, c Call) Decision {
 	l.mustBeBuilt()
 	if c.Cost == 0 {
@@ -37,8 +38,14 @@ func (l *Limiter) Decide(ctx context.Context, c Call) Decision {
 		}
 	}
 	var d Decision
-	_, k := l.decide(ctx, &c, nil, true, &d)
+	var s slot
+	sp := &s
+	if c.NoSlot {
+		sp = nil
+	}
+	_, k := l.decide(ctx, &c, nil, true, &d, sp)
 	d.Key = k.s
+	l.keep(&d, s)
 	l.observe(ctx, &d)
 	return d
 }

@@ -14,8 +14,10 @@ import (
 // caller's. The key's string is built only if str is set or the seam needs
 // it. *d is an out-parameter because a Decision returned by value from
 // decide, charge and refuseCost measured slower on BenchmarkDeniedOptions
-// and BenchmarkAllowed10k (see internal/DESIGN.md).
-func (l *Limiter) decide(ctx context.Context, c *Call, r *http.Request, str bool, d *Decision) (*policyState, bucketKey) {
+// and BenchmarkAllowed10k (see internal/DESIGN.md). A request that the
+// policy's in-flight limit admits gets its slot in *s, unless s is nil (a
+// call that takes none).
+func (l *Limiter) decide(ctx context.Context, c *Call, r *http.Request, str bool, d *Decision, s *slot) (*policyState, bucketKey) {
 	d.Route = c.Route
 	class, ids, id := l.exemption(c.Authorization, c.Exempt, r, d)
 	if d.Outcome == Exempt {
@@ -29,7 +31,7 @@ func (l *Limiter) decide(ctx context.Context, c *Call, r *http.Request, str bool
 		ps, err = l.pols.Load().lookupPolicy(c.Policy)
 	}
 	k, keyErr := l.callKey(c, str)
-	ps = l.charge(ctx, ps, k, c.Cost, join(join(err, c.Err), keyErr), d)
+	ps = l.charge(ctx, ps, k, c.Cost, join(join(err, c.Err), keyErr), d, s)
 	d.RetiredToken = class == tokenRetired
 	d.Credentialed = len(c.Authorization) > 0
 	if d.Outcome == Limited {
@@ -157,8 +159,10 @@ func keyOrUnkeyed(s string, err error) (string, error) {
 // (which applies the failure policy when a remote Store fails). err is what
 // went wrong before (key, policy); it is reported, never a bypass. It
 // returns the policy that decided: ps, or the one that took over ps's
-// buckets if SetPolicies changed it meanwhile.
-func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n int, err error, d *Decision) *policyState {
+// buckets if SetPolicies changed it meanwhile. A request the rate limits
+// let run then needs an in-flight slot of that policy, if it has an
+// in-flight limit and s is not nil (hold).
+func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n int, err error, d *Decision, s *slot) *policyState {
 	if n < 1 {
 		n, err = 1, errors.Join(err, ErrInvalidCost)
 	}
@@ -185,6 +189,9 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 		d.Degraded, d.Err = true, errors.Join(err, a.err)
 	}
 	d.DryRun = d.Outcome == Limited && l.dryRun
+	if ps.slots != nil && s != nil && !d.denied() {
+		l.hold(ctx, ps, k, s, d)
+	}
 	return ps
 }
 

@@ -38,33 +38,25 @@ type Decision struct {
 	Outcome Outcome
 	Route   string // Call.Route: client-chosen, no bounded metric label
 	Policy  string
-	// Key is the bucket charged: personal data (an address). Handler sets
-	// it only for observers, WithDeniedHandler and WithDecisionInContext.
-	Key  string
-	Cost int
-	// Remaining and ResetAfter describe the tightest limit (Limit).
-	// RetryAfter is the wait until every limit holds the cost (Limited:
-	// zero for ErrCostOverBurst, 1s under FailClosed) or a token.
-	Remaining  int
-	RetryAfter time.Duration
-	ResetAfter time.Duration
-	// QuotaUnknown: no bucket answered (FailOpen, FailClosed or
-	// ErrCostOverBurst): no quota field is sent.
-	QuotaUnknown bool
-	DryRun       bool // Limited, but served (WithDryRun)
-	Degraded     bool // the Store failed; the failure policy decided
-	// RetiredToken: the call carried a retired secret (WithRetired);
-	// Identity names the identity whose secret it carried, if any.
-	RetiredToken bool
-	Identity     string
-	Credentialed bool // Authorization values, not exempt: anyone can
-	// Err says why the key, cost, policy or store was not clean, for
-	// observers only; it never means the limit was skipped.
-	Err error
+	Key     string // the bucket charged, personal data; set by Handler only for observers, WithDeniedHandler, WithDecisionInContext
+	Cost    int
+	// Remaining and ResetAfter: of the tightest limit (Limit). RetryAfter:
+	// until every limit holds the cost (0 for ErrCostOverBurst, 1s under
+	// FailClosed or an in-flight refusal) or a token.
+	Remaining, InFlight    int // InFlight: the key's slots held (Policy.InFlight), this one's included
+	RetryAfter, ResetAfter time.Duration
+	QuotaUnknown           bool // no bucket answered (FailOpen, FailClosed, ErrCostOverBurst): no quota field
+	DryRun, Degraded       bool // Limited but served (WithDryRun); the Store failed, the failure policy decided
+	RetiredToken           bool // a retired secret (WithRetired) of Identity, if named
+	Identity               string
+	Credentialed           bool  // Authorization values, not exempt: anyone can send them
+	InFlightLimited        bool  // the in-flight limit refused what the rate limits allowed (tokens given back)
+	Err                    error // why the key, cost, policy or store was not clean: for observers, never a skipped limit
 
 	ps     *policyState             // the policy that decided; nil if none did
 	resets [maxLimits]time.Duration // each limit's time until full (Result.Resets)
 	tight  uint8                    // the index of the tightest limit
+	slot   *heldSlot                // the slot Allow, Decide or AllowKey took: see Release
 }
 
 // Limit returns the tightest limit: the one that denied (of several, the

@@ -323,7 +323,7 @@ func ExampleWithBurst() {
 		}
 	}
 	fmt.Println("allowed at once:", allowed, "policy:", lim.Policies()[0])
-	// Output: allowed at once: 10 policy: {default [{10s 10 1s}]}
+	// Output: allowed at once: 10 policy: {default [{10s 10 1s}] 0}
 }
 
 // WithExempt takes any predicate a client cannot forge; InternalToken.Match is

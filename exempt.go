@@ -20,11 +20,10 @@ const (
 
 // InternalToken recognises your own services by the bearer token they send to
 // internal routes (WithInternalToken exempts them; Require guards the routes).
-// Whoever holds a secret has the bypass: keep it out of logs and URLs, and
-// rotate by adding the new secret beside the old. It keeps only SHA-256 digests
-// and prints none (fmt, slog and reflection reach no secret). The zero value
-// matches nothing. It is safe for concurrent use; Replace changes its secrets
-// for every Limiter and Require that holds it (and every copy of it) at once.
+// Whoever holds a secret has the bypass: keep it out of logs and URLs; rotate
+// by adding the new secret beside the old. It keeps and prints no secret,
+// only SHA-256 digests. The zero value matches nothing; it is safe for
+// concurrent use, and Replace changes it for every holder at once.
 type InternalToken struct {
 	s *tokenCell
 }
@@ -50,11 +49,9 @@ func (t InternalToken) load() *tokenSecrets {
 	return t.s.cur.Load()
 }
 
-// Replace makes t accept exactly what with accepts (secrets, retired
-// secrets, identities), atomically for every holder of t, Limiters
-// included: each check reads the old set or the new one. Build with by
-// t's constructors, whose errors refuse a bad set first; Replace fails only
-// for a nil or zero token. Per-identity counters follow the names.
+// Replace makes t accept exactly what with accepts (secrets, retired ones,
+// identities), at once for every holder of t; each check sees one set. Its
+// constructors refuse a bad set; Replace fails only for a nil or zero with.
 func (t *InternalToken) Replace(with *InternalToken) error {
 	switch {
 	case t == nil || t.s == nil:

@@ -16,6 +16,7 @@ import (
 // a DebtStore).
 type failover struct {
 	remote store.Store
+	leases *leases         // remote's in-flight slots, if it is an InFlightStore
 	debts  store.DebtStore // remote, if it is one and policy is FailLocal
 	policy FailurePolicy
 	local  *memStore // the mirror and fallback buckets, one table per policy
@@ -151,6 +152,50 @@ func (f *failover) reset(ctx context.Context, ps *lane, k bucketKey) error {
 	ps.table.Reset(k.hash, f.local.now())
 	ps.debts.cancel(k.s, -1)
 	return f.remote.Reset(ctx, k.s, ps.Policy)
+}
+
+// acquire takes a slot of k under ps: a lease of remote when it keeps
+// slots, under the failure policy (FailLocal: the local table, of the same
+// size; FailOpen: no slot, the request runs; FailClosed: refused), else
+// the local table (each instance enforces the limit alone). A lease whose
+// Acquire failed is never renewed: if the store took it, it lapses.
+func (f *failover) acquire(ctx context.Context, ln *lane, k bucketKey) (slot, slotAnswer) {
+	if f.leases == nil {
+		return f.local.acquire(ctx, ln, k)
+	}
+	l := f.leases.newLease(ln.Name, k.s)
+	held, ok, err := f.leases.store.Acquire(detach(ctx), *l, ln.InFlight)
+	switch {
+	case err == nil && ok:
+		f.leases.hold(l)
+		return slot{ln: ln, lease: l}, slotAnswer{held: held, ok: true}
+	case err == nil:
+		return slot{}, slotAnswer{held: held}
+	case f.policy == FailOpen:
+		return slot{}, slotAnswer{ok: true, err: err}
+	case f.policy == FailClosed:
+		return slot{}, slotAnswer{err: err, unknown: true}
+	}
+	s, a := f.local.acquire(ctx, ln, k)
+	a.err = err
+	return s, a
+}
+
+// release frees s where it was taken, whatever ctx's cancellation. A lease is no longer renewed; if its
+// Release fails, it is retried at the next renewal ticks (releaseTries in
+// all: Release of a lease already freed or lapsed frees nothing else) and
+// otherwise lapses.
+func (f *failover) release(ctx context.Context, s slot) error {
+	if s.lease == nil {
+		return f.local.release(ctx, s)
+	}
+	f.leases.drop(s.lease)
+	err := f.leases.store.Release(detach(ctx), *s.lease)
+	s.ln.slots.notify() // this instance's waiting requests try again
+	if err != nil {
+		f.leases.failed(s.lease)
+	}
+	return err
 }
 
 func (f *failover) keys() keyer { return keyer{seed: f.local.seed, strings: true} }

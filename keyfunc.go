@@ -9,15 +9,13 @@ import (
 	"github.com/addrlimit/addrlimit/internal/clientip"
 )
 
-// KeyFunc returns the key of a request's bucket; it is called concurrently. An
-// empty key is ErrEmptyKey. An error with an empty key charges the request to
-// UnkeyedKey (never a bypass); with a key, the key is used and the error
-// reported as a warning (as TrustedProxies.Key does). Keys share a namespace
-// with addresses (see PolicySelector).
+// KeyFunc returns the key of a request's bucket, concurrently. An error with
+// an empty key charges UnkeyedKey (never a bypass); with a key, it is a
+// warning (as TrustedProxies.Key's). Keys share a namespace with addresses.
 type KeyFunc func(*http.Request) (string, error)
 
-// UnkeyedKey is the one bucket shared by requests whose key is unknown (a Unix
-// socket peer, a KeyFunc error). AddrKey never returns it.
+// UnkeyedKey is the one bucket of requests whose key is unknown (a Unix
+// socket peer, a KeyFunc error); AddrKey never returns it.
 const UnkeyedKey = "addrlimit:unkeyed"
 
 // RemoteAddrKey is the default KeyFunc: AddrKey of r.RemoteAddr. No client can
@@ -58,10 +56,9 @@ func parseAddr(s string) (netip.Addr, bool) {
 	return clientip.Normalise(a), true
 }
 
-// AddrKey returns the bucket key of a: an IPv4 address as itself, also when
-// written IPv4-mapped or under the NAT64 prefix 64:ff9b::/96; any other IPv6
-// address as its /64 ("2001:db8:1:2::/64"); "" for the zero Addr. Zones are
-// ignored. Key derived addresses with it, so that one client has one key.
+// AddrKey returns a's bucket key: an IPv4 address as itself (also written
+// IPv4-mapped or under NAT64 64:ff9b::/96), any other IPv6 address as its /64
+// ("2001:db8:1:2::/64"), "" for the zero Addr; zones are ignored.
 func AddrKey(a netip.Addr) string {
 	var buf [maxAddrKeyLen]byte
 	return string(appendAddrKey(buf[:0], a))

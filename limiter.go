@@ -40,29 +40,30 @@ import (
 )
 
 // Limiter limits requests per key under one or more policies. Build it with
-// New; it is safe for concurrent use and starts no goroutine. SetPolicies
-// replaces its policies while it runs; the rest of its configuration is
-// fixed by New. A Limiter not built by New never lets a request through:
-// Peek and Reset return an error, the other methods panic.
+// New; it is safe for concurrent use, starts no goroutine (but one renewing
+// in-flight leases while it holds any), and changes only by SetPolicies. One
+// not built by New lets nothing through: Peek and Reset fail, the rest panic.
 type Limiter struct {
-	pols      atomic.Pointer[policySet] // read once per decision; SetPolicies replaces it
-	keyFunc   KeyFunc                   // nil: the peer address, formatted without allocating
-	addrKeys  bool                      // requests are keyed by AddrKey (keysByAddr): see namedKey
-	selector  PolicySelector
-	cost      func(*http.Request) int
-	refund    func(int) bool
-	exempt    func(*http.Request) bool
-	token     *InternalToken
-	denied    http.Handler
-	observers []func(context.Context, Decision)
-	dryRun    bool
-	inContext bool                // WithDecisionInContext
-	store     seam                // memStore, or failover around the WithStore Store
-	keys      keyer               // the seam's: how keys are hashed, and whether it needs their strings
-	mem       *memStore           // the tables (failover's local ones with a Store)
-	checker   store.PolicyChecker // WithStore's Store, if it checks policies
-	headers   HeaderStyle
-	reconf    sync.Mutex // serialises SetPolicies
+	pols        atomic.Pointer[policySet] // read once per decision; SetPolicies replaces it
+	keyFunc     KeyFunc                   // nil: the peer address, formatted without allocating
+	addrKeys    bool                      // requests are keyed by AddrKey (keysByAddr): see namedKey
+	selector    PolicySelector
+	cost        func(*http.Request) int
+	refund      func(int) bool
+	exempt      func(*http.Request) bool
+	token       *InternalToken
+	denied      http.Handler
+	observers   []func(context.Context, Decision)
+	dryRun      bool
+	inContext   bool                // WithDecisionInContext
+	waitQueue   int                 // WithInFlightWait: requests that may wait per key; 0: none
+	waitTimeout time.Duration       // WithInFlightWait's timeout
+	store       seam                // memStore, or failover around the WithStore Store
+	keys        keyer               // the seam's: how keys are hashed, and whether it needs their strings
+	mem         *memStore           // the tables (failover's local ones with a Store)
+	checker     store.PolicyChecker // WithStore's Store, if it checks policies
+	headers     HeaderStyle
+	reconf      sync.Mutex // serialises SetPolicies
 
 	exempted, credentialed, retiredLimited, keyErrors, storeErrors, refunded atomic.Uint64
 	identities                                                               atomic.Pointer[identityCounters] // per identity of token's current secrets
@@ -131,18 +132,21 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	def.InFlight = c.inFlight
 	l := &Limiter{
-		keyFunc:   c.keyFunc,
-		addrKeys:  keysByAddr(c.keyFunc),
-		selector:  c.selector,
-		cost:      c.cost,
-		refund:    c.refund,
-		exempt:    c.exempt,
-		token:     c.token,
-		denied:    c.denied,
-		observers: c.observers,
-		dryRun:    c.dryRun,
-		inContext: c.decisionInContext,
+		keyFunc:     c.keyFunc,
+		addrKeys:    keysByAddr(c.keyFunc),
+		selector:    c.selector,
+		cost:        c.cost,
+		refund:      c.refund,
+		exempt:      c.exempt,
+		token:       c.token,
+		denied:      c.denied,
+		observers:   c.observers,
+		dryRun:      c.dryRun,
+		inContext:   c.decisionInContext,
+		waitQueue:   c.waitQueue,
+		waitTimeout: c.waitTimeout,
 	}
 	mem := newMemStore(c.maxKeys)
 	if c.clock != nil {
@@ -150,7 +154,17 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	}
 	l.store = mem
 	if c.store != nil {
-		l.store = newFailover(c.store, c.failure, mem)
+		f := newFailover(c.store, c.failure, mem)
+		// Leases even without an in-flight policy yet: SetPolicies may add
+		// one. The renewing goroutine runs only while leases are held.
+		if is, ok := c.store.(store.InFlightStore); ok {
+			lt := is.LeaseTime()
+			if lt <= 0 {
+				return nil, fmt.Errorf("addrlimit: the store's LeaseTime must be positive, got %v", lt)
+			}
+			f.leases = newLeases(is, lt)
+		}
+		l.store = f
 	}
 	l.keys = l.store.keys()
 	l.mem, l.headers = mem, c.headers
@@ -168,18 +182,13 @@ func New(limit int, per time.Duration, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-// SetPolicies replaces the policies while the Limiter runs: policies[0] is
-// the default one, the others the named ones, as Policies lists them. If
-// one is invalid, two share a name or the Store refuses one, it returns an
-// error naming the policy and changes nothing. Calls are serialised, and
-// each decision sees the old set or the new one, never a mix.
-//
-// Buckets keep the tokens they spent, up to the new burst: a client that
-// spent 250 of 300 has 150 left at 400, none at 100. A policy keeps the
-// buckets of the old policy of its name (the default, the default's);
-// limits pair by name, then in order; an added limit starts full; a removed
-// limit or policy drops its buckets. A remote Store keeps its own rule:
-// redisstore starts a changed policy full (docs/reload.md).
+// SetPolicies replaces the policies while the Limiter runs (policies[0] the
+// default one), atomically: each decision sees the old set or the new one.
+// An invalid set is refused with an error naming the policy, and nothing
+// changes. Buckets keep the tokens they spent, up to the new burst (250 of
+// 300 spent: 150 left at 400, none at 100); limits pair by name, then in
+// order; added ones start full, removed ones drop their buckets; redisstore
+// starts a changed policy full (docs/reload.md).
 func (l *Limiter) SetPolicies(policies ...Policy) error {
 	l.mustBeBuilt()
 	if len(policies) == 0 {
@@ -251,7 +260,7 @@ func (l *Limiter) buildPolicies(ps []Policy, old *policySet) *policySet {
 		}
 		var st *policyState
 		switch {
-		case prev != nil && policyID(prev.Policy) == policyID(p):
+		case prev != nil && policyID(prev.Policy) == policyID(p) && prev.InFlight == p.InFlight:
 			st = prev
 		case prev != nil:
 			st = &policyState{lane: l.mem.successor(prev.lane, p, inheritance(prev.Policy, p))}
@@ -330,7 +339,7 @@ func (l *Limiter) Policies() []Policy {
 	set := l.pols.Load()
 	out := make([]Policy, len(set.list))
 	for i, ps := range set.list {
-		out[i] = Policy{Name: ps.Name, Limits: slices.Clone(ps.Limits)}
+		out[i] = Policy{Name: ps.Name, Limits: slices.Clone(ps.Limits), InFlight: ps.InFlight}
 	}
 	return out
 }
@@ -338,6 +347,7 @@ func (l *Limiter) Policies() []Policy {
 // Handler returns middleware deciding each request before next (nil panics):
 // exempt ones pass untouched, counted ones get the quota fields, denied ones
 // 429 with Retry-After and Cache-Control: no-store (or WithDeniedHandler's).
+// An in-flight slot is held until next returns, however it returns.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	l.mustBeBuilt()
 	if next == nil {
@@ -347,8 +357,12 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var d Decision
 		var c Call
+		var s slot
 		httpCall(r, &c)
-		ps, k := l.decide(r.Context(), &c, r, wantKey, &d)
+		ps, k := l.decide(r.Context(), &c, r, wantKey, &d, &s)
+		if s.ln != nil {
+			defer l.free(r.Context(), s)
+		}
 		if wantKey {
 			d.Key = k.s
 		}
@@ -375,17 +389,18 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// Allow decides r as Handler would and tells the observers, but writes nothing
-// and never refunds: for websockets and frameworks without a middleware slot
-// (gin). Refuse a Denied decision; Respond writes Handler's response, Refund
-// gives the tokens back.
+// Allow decides r as Handler would and tells the observers, but writes and
+// refunds nothing (websockets, gin): refuse a Denied decision; Respond writes
+// Handler's response, Refund and Release give tokens and slot back.
 func (l *Limiter) Allow(r *http.Request) Decision {
 	l.mustBeBuilt()
 	var d Decision
 	var c Call
+	var s slot
 	httpCall(r, &c)
-	_, k := l.decide(r.Context(), &c, r, true, &d)
+	_, k := l.decide(r.Context(), &c, r, true, &d, &s)
 	d.Key = k.s
+	l.keep(&d, s)
 	l.observe(r.Context(), &d)
 	return d
 }
@@ -403,8 +418,8 @@ func httpCall(r *http.Request, c *Call) {
 }
 
 // AllowKey decides a call of cost n on key under the named policy ("" for the
-// default), as Decide does, for work without a client; key names a bucket as
-// for Reset.
+// default) as Decide does, for work without a client; key names a bucket as
+// for Reset. Release an in-flight slot it holds.
 func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decision {
 	l.mustBeBuilt()
 	if k := l.namedKey(key); k != "" {
@@ -413,14 +428,16 @@ func (l *Limiter) AllowKey(ctx context.Context, policy, key string, n int) Decis
 	c := Call{Policy: policy, Cost: n}
 	c.Key, c.Err = keyOrUnkeyed(key, nil)
 	var d Decision
-	_, k := l.decide(ctx, &c, nil, true, &d)
+	var s slot
+	_, k := l.decide(ctx, &c, nil, true, &d, &s)
 	d.Key = k.s
+	l.keep(&d, s)
 	l.observe(ctx, &d)
 	return d
 }
 
-// Peek returns key's buckets under the named policy, uncharged: Allowed if a
-// call of cost 1 would be. It fails for an unknown policy, an empty key, a
+// Peek returns key's buckets under the named policy, uncharged (Allowed if a
+// call of cost 1 would be); it fails for an unknown policy, an empty key, a
 // network of several clients, or the Store's error.
 func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error) {
 	ps, key, err := l.keyedPolicy(policy, key)
@@ -440,10 +457,9 @@ func (l *Limiter) Peek(ctx context.Context, policy, key string) (Decision, error
 	return d, nil
 }
 
-// Reset makes key's buckets under the named policy ("" for the default) full.
-// Under an address KeyFunc (the default, RemoteAddrKey, TrustedProxies.Key),
-// key may be the client's address in any notation, with a port, or a network
-// within its key. It fails as Peek does.
+// Reset fills key's buckets under the named policy ("" for the default). With
+// an address KeyFunc, key may be the client's address in any notation, with a
+// port, or a network within its key. It fails as Peek does.
 func (l *Limiter) Reset(ctx context.Context, policy, key string) error {
 	ps, key, err := l.keyedPolicy(policy, key)
 	if err != nil {

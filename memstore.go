@@ -29,6 +29,15 @@ type seam interface {
 	refund(ctx context.Context, ps *lane, k bucketKey, n int, degraded bool) (store.Result, bool, error)
 	// reset makes k's bucket full.
 	reset(ctx context.Context, ps *lane, k bucketKey) error
+	// acquire takes an in-flight slot of k under ln (whose InFlight is
+	// set), under the failure policy: the slot it returns is the zero slot
+	// unless one was taken.
+	acquire(ctx context.Context, ln *lane, k bucketKey) (slot, slotAnswer)
+	// release frees a slot that acquire took, where it took it, and
+	// returns a fleet store's error (the seam then retries or lets the
+	// lease lapse), whether ctx is cancelled or not. It is called once per
+	// slot.
+	release(ctx context.Context, s slot) error
 	// keys is how this seam's keys are made, for the Limiter to make them.
 	keys() keyer
 }
@@ -90,6 +99,12 @@ type lane struct {
 	// limitedBy counts the remote store's denials by the limit that denied
 	// (the tightest: see store.Result).
 	limitedBy [maxLimits]atomic.Uint64
+	// slots are the in-flight slots (InFlight > 0), or FailLocal's.
+	slots *slotTable
+	// inFlightLimited counts the in-flight limit's refusals, and
+	// inFlightOverAllowed those of them that the rate limits had allowed
+	// (and counted so: Stats moves them to Limited).
+	inFlightLimited, inFlightOverAllowed atomic.Uint64
 	// next is the lane that took over this one's buckets when SetPolicies
 	// changed the policy's limits (see bucket.Table.Successor).
 	next atomic.Pointer[lane]
@@ -145,6 +160,9 @@ func (m *memStore) lane(p Policy) *lane {
 	if ps == nil {
 		bps := bucketPolicies(p)
 		ps = newLane(p, bucket.NewTable(bps[0], m.maxKeys, bps[1:]...))
+		if p.InFlight > 0 {
+			ps.slots = newSlotTable(p.InFlight, m.maxKeys)
+		}
 		m.lanes[id] = ps
 	}
 	return ps
@@ -177,13 +195,24 @@ func newLane(p Policy, t *bucket.Table) *lane {
 
 // successor returns the lane of policy p, whose table takes over prev's
 // buckets, limit j those of prev's limit from[j] (see
-// bucket.Table.Successor), in place of prev among the lanes. The caller
+// bucket.Table.Successor), in place of prev among the lanes; its in-flight
+// slots are prev's, under p's limit. The caller
 // links prev to it (prev.next) once the Limiter's side is ready.
 func (m *memStore) successor(prev *lane, p Policy, from []int) *lane {
 	bps := bucketPolicies(p)
 	ln := newLane(p, prev.table.Successor(from, bps[0], bps[1:]...))
 	ln.allowed.Store(prev.allowed.Load())
 	ln.limited.Store(prev.limited.Load())
+	ln.inFlightLimited.Store(prev.inFlightLimited.Load())
+	ln.inFlightOverAllowed.Store(prev.inFlightOverAllowed.Load())
+	// The slots held go on: the new limit applies to the next acquire.
+	switch {
+	case p.InFlight > 0 && prev.slots != nil:
+		ln.slots = prev.slots
+		ln.slots.setLimit(p.InFlight)
+	case p.InFlight > 0:
+		ln.slots = newSlotTable(p.InFlight, m.maxKeys)
+	}
 	for j, f := range from {
 		if f >= 0 {
 			ln.limitedBy[j].Store(prev.limitedBy[f].Load())

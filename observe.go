@@ -11,15 +11,14 @@ import (
 	"github.com/addrlimit/addrlimit/internal/headers"
 )
 
-// LogObserver logs Limited decisions and decisions with an error, with log/slog
-// (pass Observe to WithObserver): at most one line per key per interval,
-// counting those suppressed, for 1,000 keys (then a shared pseudo-key) plus 100
-// for retired secrets. Attributes: policy, limit, key, route, outcome, mode,
-// cost, remaining, retry_after, credentialed, retired_token, suppressed, and
-// identity, degraded and error when set; never a header value. A retired secret
-// logs at ERROR, other credentials at WARN, the rest at INFO; a degraded
-// allowed decision at WARN. The zero value logs to slog.Default() once per key
-// per minute.
+// LogObserver logs, with log/slog (pass Observe to WithObserver), Limited
+// decisions and those with an error: one line per key per interval at
+// most, counting the suppressed, for 1,000 keys (then one pseudo-key) plus
+// 100 for retired secrets. Attributes (docs/observability.md) never hold a
+// header value; limit is "in-flight" for Decision.InFlightLimited, whose
+// lines name the keys holding the most slots. Retired secrets log at
+// ERROR, other credentials and degraded decisions at WARN, the rest at
+// INFO. The zero value logs to slog.Default() once per key per minute.
 type LogObserver struct {
 	logger *slog.Logger  // nil: slog.Default()
 	every  time.Duration // 0: defaultLogEvery
@@ -42,6 +41,10 @@ type logState struct {
 	next       time.Time // earliest time of the next line
 	suppressed uint64
 }
+
+// inFlightLimitName is what a LogObserver logs as the limit of a request
+// the in-flight limit refused.
+const inFlightLimitName = "in-flight"
 
 // maxLogKeys bounds the keys a LogObserver tracks for lines other than
 // those of retired secrets.
@@ -105,9 +108,13 @@ func (o *LogObserver) Observe(ctx context.Context, d Decision) {
 	if d.DryRun {
 		mode = "dry_run"
 	}
+	limit := d.Limit().Name
+	if d.InFlightLimited {
+		limit = inFlightLimitName
+	}
 	attrs := []slog.Attr{
 		slog.String("policy", d.Policy),
-		slog.String("limit", d.Limit().Name),
+		slog.String("limit", limit),
 		slog.String("key", key),
 		slog.String("route", truncate(d.Route, maxLogField)),
 		slog.String("outcome", d.Outcome.String()),
@@ -118,6 +125,9 @@ func (o *LogObserver) Observe(ctx context.Context, d Decision) {
 		slog.Bool("credentialed", d.Credentialed),
 		slog.Bool("retired_token", d.RetiredToken),
 		slog.Uint64("suppressed", suppressed),
+	}
+	if d.InFlight > 0 {
+		attrs = append(attrs, slog.Int("in_flight", d.InFlight))
 	}
 	if d.Identity != "" {
 		attrs = append(attrs, slog.String("identity", d.Identity))

@@ -16,25 +16,28 @@ import (
 type Option func(*config) error
 
 type config struct {
-	name      string
-	burst     int
-	limits    []Limit  // the default policy's further limits, from WithLimit
-	policies  []Policy // named ones, from WithPolicy
-	selector  PolicySelector
-	cost      func(*http.Request) int
-	refund    func(status int) bool
-	keyFunc   KeyFunc
-	exempt    func(*http.Request) bool
-	token     *InternalToken
-	denied    http.Handler
-	maxKeys   int
-	observers []func(context.Context, Decision)
-	dryRun    bool
-	store     store.Store
-	headers   HeaderStyle
-	failure   FailurePolicy
-	failSet   bool // WithStoreFailure was given
-	clock     func() time.Time
+	name        string
+	burst       int
+	limits      []Limit  // the default policy's further limits, from WithLimit
+	policies    []Policy // named ones, from WithPolicy
+	selector    PolicySelector
+	cost        func(*http.Request) int
+	refund      func(status int) bool
+	keyFunc     KeyFunc
+	exempt      func(*http.Request) bool
+	token       *InternalToken
+	denied      http.Handler
+	maxKeys     int
+	inFlight    int // the default policy's
+	waitQueue   int // WithInFlightWait
+	waitTimeout time.Duration
+	observers   []func(context.Context, Decision)
+	dryRun      bool
+	store       store.Store
+	headers     HeaderStyle
+	failure     FailurePolicy
+	failSet     bool // WithStoreFailure was given
+	clock       func() time.Time
 
 	decisionInContext bool
 }
@@ -93,10 +96,9 @@ func WithPolicy(p Policy) Option {
 }
 
 // A PolicySelector picks a request's policy ("" for the default) and key (""
-// for the KeyFunc's), by what a client cannot forge (a verified credential). An
-// unknown policy or an error falls back to the default policy and the KeyFunc's
-// key. Keys are one namespace per policy with addresses: prefix identity keys
-// with what no address has ("user:"+id).
+// for the KeyFunc's) by what a client cannot forge; an unknown policy or an
+// error falls back to both defaults. Prefix keys that are not addresses
+// ("user:"+id).
 type PolicySelector func(r *http.Request) (policy, key string, err error)
 
 // WithPolicySelector sets the PolicySelector; without it every request uses the
@@ -125,12 +127,10 @@ func WithCost(f func(r *http.Request) int) Option {
 }
 
 // WithRefund makes Handler give a request's tokens back when f accepts the
-// first final status its handler wrote (101 for a hijack): WithRefund(func(s
-// int) bool { return s < 400 }) counts only failures. A handler that wrote
-// nothing through its ResponseWriter (docs/frameworks.md: gin and echo may
-// write elsewhere or later), or panicked, is not refunded; the writer keeps
-// Flusher, Hijacker, ReaderFrom and Unwrap. Allow, Decide and AllowKey never
-// refund on their own; see Limiter.Refund.
+// first final status its handler wrote (101 for a hijack); s < 400 counts
+// only failures. A handler that panicked or wrote nothing through its
+// ResponseWriter (docs/frameworks.md) is not refunded. Allow, Decide and
+// AllowKey never refund on their own (Limiter.Refund).
 func WithRefund(f func(status int) bool) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -230,9 +230,8 @@ func WithDryRun() Option {
 	}
 }
 
-// WithStore keeps the buckets in s (a Redis store shared by a fleet, say)
-// instead of in memory. New calls s's CheckPolicy, if it has one, for every
-// policy.
+// WithStore keeps the buckets in s (a Redis store shared by a fleet, say);
+// New calls s's CheckPolicy, if it has one, for every policy.
 func WithStore(s store.Store) Option {
 	return func(c *config) error {
 		if s == nil {
@@ -295,11 +294,9 @@ func WithHeaders(s HeaderStyle) Option {
 type FailurePolicy uint8
 
 const (
-	// FailLocal (the default) decides with a local bucket that continues
-	// from what the store last said for the key, so a client the fleet
-	// limited stays limited; a key the store never reported starts full
-	// (N instances may grant it N budgets). A DebtStore is later charged
-	// what the local bucket allowed.
+	// FailLocal (the default) decides with a local bucket continuing from
+	// what the store last said of the key; a key it never reported starts
+	// full. A DebtStore is later charged what the local bucket allowed.
 	FailLocal FailurePolicy = iota
 	// FailOpen lets the request through, quota unknown.
 	FailOpen

@@ -12,14 +12,12 @@ import (
 	"github.com/addrlimit/addrlimit/internal/clientip"
 )
 
-// TrustedProxies resolves the client address behind proxies you run (load
-// balancers, CDNs) from the one header they set, by a rule no client can steer:
-// a peer outside the trusted ranges is the client; otherwise the header is read
-// from its last element backwards, skipping trusted addresses, and the first
-// untrusted one is the client. An element that is no address, or a missing
-// header, is a misconfiguration: the nearest trusted hop is used, never
-// anything further left, with an ErrProxyHeader warning. The zero value trusts
-// no proxy; it is immutable and safe for concurrent use.
+// TrustedProxies resolves the client address behind your proxies from the
+// one header they set: the peer if it is not trusted, else the header's
+// last untrusted element (read backwards, skipping trusted ones). A bad
+// element or a missing header yields the nearest trusted hop, never
+// anything further left, with ErrProxyHeader. The zero value trusts no
+// proxy; it is immutable and safe for concurrent use.
 type TrustedProxies struct {
 	header  string // canonical
 	format  clientip.Format
@@ -83,10 +81,9 @@ func (t *TrustedProxies) ClientAddr(r *http.Request) (netip.Addr, error) {
 	return t.resolve(peer, r.Header[t.header])
 }
 
-// ClientAddrFrom is ClientAddr for another transport: peer is the connection's
-// peer (the zero Addr only for a Unix socket, which only WithUnixSocket
-// trusts), values every line of the header in order (gRPC: the metadata under
-// strings.ToLower(t.Header())).
+// ClientAddrFrom is ClientAddr for another transport: peer is the
+// connection's peer (zero only for a Unix socket), values the header's lines
+// in order (gRPC: the metadata under strings.ToLower(t.Header())).
 func (t *TrustedProxies) ClientAddrFrom(peer netip.Addr, values []string) (netip.Addr, error) {
 	if !peer.IsValid() && !t.unix {
 		return netip.Addr{}, ErrNoClientAddress

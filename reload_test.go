@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/addrlimit/addrlimit"
+	"github.com/stretchr/testify/require"
 )
 
 // frozen is a clock that never moves: no bucket refills, so every token
@@ -435,4 +436,50 @@ func TestReloadRecipe(t *testing.T) {
 	if n := strings.Count(logs.String(), "configuration refused"); n != 2 || strings.Contains(logs.String(), "tiny-secret1") {
 		t.Errorf("%d refusal lines, want 2, and no secret:\n%s", n, logs.String())
 	}
+}
+
+// TestSetPoliciesChangesTheInFlightLimit: a policy's in-flight limit
+// changes on a running Limiter; the slots held go on counting against the
+// new limit, its buckets keep the tokens spent, and refusals are charged
+// nothing.
+func TestSetPoliciesChangesTheInFlightLimit(t *testing.T) {
+	ctx := t.Context()
+	lim, err := addrlimit.New(300, time.Minute, addrlimit.WithInFlight(2))
+	require.NoError(t, err)
+	limits := lim.Policies()[0].Limits
+	set := func(n int) {
+		t.Helper()
+		require.NoError(t, lim.SetPolicies(addrlimit.Policy{Name: addrlimit.DefaultPolicyName, Limits: limits, InFlight: n}))
+		require.Equal(t, n, lim.Policies()[0].InFlight)
+	}
+	take := func(want bool) addrlimit.Decision {
+		t.Helper()
+		d := lim.AllowKey(ctx, "", "192.0.2.1", 1)
+		require.Equal(t, want, d.Outcome == addrlimit.Allowed, "decision %+v", d)
+		require.Equal(t, want, d.HoldsSlot())
+		require.Equal(t, !want, d.InFlightLimited)
+		return d
+	}
+	a, b := take(true), take(true)
+	take(false)
+	set(3) // two held: one more
+	c := take(true)
+	take(false)
+	require.Equal(t, 3, lim.Stats().Policies[0].InFlight)
+	set(1) // three held, limit 1: refused until two are released
+	lim.Release(ctx, a)
+	take(false)
+	lim.Release(ctx, b)
+	lim.Release(ctx, c)
+	d := take(true)
+	take(false)
+	lim.Release(ctx, d)
+	set(0) // no in-flight limit: nothing held
+	e := lim.AllowKey(ctx, "", "192.0.2.1", 1)
+	require.Equal(t, addrlimit.Allowed, e.Outcome)
+	require.False(t, e.HoldsSlot())
+	require.Equal(t, 0, lim.Stats().Policies[0].InFlight)
+	p, err := lim.Peek(ctx, "", "192.0.2.1")
+	require.NoError(t, err)
+	require.Equal(t, 300-5, p.Remaining, "five allowed; the refused were given their tokens back")
 }

@@ -88,10 +88,9 @@ func (d *Decision) overBurst() bool {
 	return d.Outcome == Limited && errors.Is(d.Err, ErrCostOverBurst)
 }
 
-// Respond writes what Handler would for d before calling next, for callers of
-// Allow, and reports whether it refused (then do not serve). A decision this
-// Limiter did not make gets no quota fields and, if denied, the refusal of an
-// unknown quota (503); so does the zero Decision.
+// Respond writes what Handler would for d before next, for Allow's callers,
+// and reports whether it refused. A decision this Limiter did not make (the
+// zero one too) gets no quota field and, if denied, a 503.
 func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (refused bool) {
 	l.mustBeBuilt()
 	if d.Outcome == Exempt {
@@ -114,10 +113,9 @@ func (l *Limiter) Respond(w http.ResponseWriter, r *http.Request, d Decision) (r
 	return l.write(w, r, ps, &d)
 }
 
-// QuotaFields calls set with the lower-case name and value of each quota field
-// Handler sends for d, rendered by the same code, for other transports (gRPC
-// metadata); Retry-After is not one. It sets nothing for a decision Handler
-// would send none for, or that this Limiter did not make.
+// QuotaFields calls set with each quota field (lower-case name, value)
+// Handler sends for d, for other transports (gRPC metadata); not Retry-After,
+// and none for a decision Handler sends none for or this Limiter did not make.
 func (l *Limiter) QuotaFields(d Decision, set func(name, value string)) {
 	l.mustBeBuilt()
 	ps := d.ps

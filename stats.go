@@ -2,33 +2,29 @@ package addrlimit
 
 // Stats is a snapshot of a Limiter's counters since New.
 type Stats struct {
-	// Allowed, Limited (dry runs included) and Exempt decisions; Refunded
-	// counts refunds.
-	Allowed, Limited, Exempt, Refunded uint64
-	// Limited calls with Authorization values (a hint: anyone can send
-	// them), and with a retired secret (one of your services: alert).
+	Allowed, Limited, Exempt, Refunded uint64 // Limited: dry runs too
+	// Limited with Authorization values (anyone can send them), and with a
+	// retired secret (one of your services: alert).
 	CredentialedLimited, RetiredTokenLimited uint64
-	// KeyErrors: a key, policy or cost not clean; StoreErrors: failed Store
-	// calls.
-	KeyErrors, StoreErrors uint64
-	// Keys: exact buckets in this process's memory (for a Store, its local
-	// mirror); Evictions: moved to the approximate memory.
-	Keys      int
-	Evictions uint64
-	// ApproxKeys estimates the keys only the approximate memory holds;
-	// ApproxFill rises towards 1 in an address flood.
-	ApproxKeys int
-	ApproxFill float64
-	Policies   []PolicyStats   // the default first
-	Identities []IdentityStats // of NewIdentities
+	KeyErrors, StoreErrors                   uint64 // a key, policy or cost not clean; failed Store calls
+	Keys                                     int    // exact buckets in memory (for a Store: its local mirror)
+	Evictions                                uint64 // moved to the approximate memory
+	ApproxKeys                               int    // held only by the approximate memory (estimate)
+	ApproxFill                               float64
+	Policies                                 []PolicyStats   // the default first
+	Identities                               []IdentityStats // of NewIdentities
 }
 
-// PolicyStats are the counters of one policy.
+// PolicyStats are the counters of one policy; its in-flight slots (held now,
+// by how many keys, requests waiting, refusals also in Limited) are this
+// process's.
 type PolicyStats struct {
-	Name             string
-	Allowed, Limited uint64
-	Limits           []LimitStats // Limited by the limit that denied
-	Keys             int
+	Name                                    string
+	Allowed, Limited                        uint64
+	Limits                                  []LimitStats // Limited by the limit that denied
+	Keys                                    int
+	InFlight, InFlightKeys, InFlightWaiting int
+	InFlightLimited                         uint64
 }
 
 // LimitStats are the counters of one limit of a policy.
@@ -51,13 +47,21 @@ func (l *Limiter) Stats() Stats {
 	}
 	var fill float64
 	for _, ps := range l.pols.Load().list {
+		// Loaded before the table's: each of these was counted allowed
+		// first, so Allowed never goes below zero.
+		over, inFlightLimited := ps.inFlightOverAllowed.Load(), ps.inFlightLimited.Load()
 		t := ps.table.Stats()
 		p := PolicyStats{
-			Name:    ps.Name,
-			Allowed: t.Allowed + ps.allowed.Load(),
-			Limited: t.Limited + ps.limited.Load(),
-			Limits:  make([]LimitStats, len(ps.Limits)),
-			Keys:    t.Keys,
+			Name:            ps.Name,
+			Allowed:         t.Allowed + ps.allowed.Load() - over,
+			Limited:         t.Limited + ps.limited.Load() + over,
+			InFlightLimited: inFlightLimited,
+			Limits:          make([]LimitStats, len(ps.Limits)),
+			Keys:            t.Keys,
+		}
+		if ps.slots != nil {
+			p.InFlight, p.InFlightKeys = ps.slots.count()
+			p.InFlightWaiting = int(ps.slots.waiters.Load())
 		}
 		for i, lim := range ps.Limits {
 			p.Limits[i] = LimitStats{Name: lim.Name, Limited: t.LimitedBy[i] + ps.limitedBy[i].Load()}

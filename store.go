@@ -22,7 +22,7 @@ const maxLimits = store.MaxLimits
 
 // named returns a copy of p with every limit named (see Limit.Name).
 func named(p Policy) Policy {
-	q := Policy{Name: p.Name, Limits: make([]Limit, len(p.Limits))}
+	q := Policy{Name: p.Name, Limits: make([]Limit, len(p.Limits)), InFlight: p.InFlight}
 	for i, lim := range p.Limits {
 		lim.Name = limits.Name(lim.Name, lim.Burst, lim.Interval)
 		q.Limits[i] = lim

@@ -13,12 +13,11 @@ import (
 	"strings"
 )
 
-// VerifiedPeers recognises your own services by a client certificate that
-// crypto/tls verified (mutual TLS; unverified certificates give no pass), by
-// the leaf's SPIFFE ID or subject: exempt them with WithExempt(peers.Match), or
-// give them a policy with Selector. Trust only CAs that issue such identities
-// to your services. A nil *VerifiedPeers matches nothing; it is immutable and
-// safe for concurrent use.
+// VerifiedPeers recognises your own services by the SPIFFE ID or subject of
+// a client certificate crypto/tls verified (mutual TLS): exempt them with
+// WithExempt(peers.Match) or give them a policy with Selector. Trust only CAs
+// that issue such identities. A nil *VerifiedPeers matches nothing; it is
+// immutable and safe for concurrent use.
 type VerifiedPeers struct {
 	spiffe   []spiffeRule
 	subjects []subjectRule
@@ -48,12 +47,10 @@ type dnAttr struct {
 // implementations must support (SPIFFE-ID §2.3).
 const maxSPIFFEIDLen = 2048
 
-// NewVerifiedPeers returns a matcher for verified client certificates with
-// one of identities: a SPIFFE ID ("spiffe://domain/path", parsed strictly,
-// matching a leaf whose only URI SAN it is), one ending in "/*" (every ID
-// below), or a distinguished name ("CN=gateway,O=Example Corp", RFC 4514
-// escapes, the subject's exact attributes in any order). Errors name the
-// identity that is wrong and why.
+// NewVerifiedPeers matches verified client certificates with one of
+// identities: a SPIFFE ID ("spiffe://domain/path", strict, the leaf's only
+// URI SAN), one ending in "/*" (every ID below), or a distinguished name
+// ("CN=gateway,O=Example Corp", any order). Errors name the bad identity.
 func NewVerifiedPeers(identities ...string) (*VerifiedPeers, error) {
 	if len(identities) == 0 {
 		return nil, errors.New("addrlimit: NewVerifiedPeers needs at least one identity")

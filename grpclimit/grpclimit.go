@@ -384,19 +384,22 @@ func cmpOr[T comparable](a, b T) T {
 // Unary returns the unary server interceptor: it decides each call before
 // the handler runs and returns the refusal's status instead of calling it,
 // or, for a method of WithInternalMethods without the token, once the call
-// is charged, Unauthenticated.
+// is charged, Unauthenticated. Under a policy with an in-flight limit
+// (addrlimit.Policy.InFlight) an allowed call holds its slot until the
+// handler returns.
 // It panics if i was not built by New (a nil or zero Interceptor), so that
 // the mistake stops the server's setup instead of every call.
 func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	i.mustBeBuilt()
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		r := i.rule(info.FullMethod)
-		d := i.decide(ctx, info.FullMethod, r.policy, r.cost)
+		d := i.decide(ctx, info.FullMethod, r.policy, r.cost, false)
 		if d.Denied() {
 			md, err := i.refusal(&d)
 			_ = grpc.SetTrailer(ctx, md)
 			return nil, err
 		}
+		defer i.lim.Release(ctx, d)
 		if i.quota && d.Outcome != addrlimit.Exempt {
 			_ = grpc.SetHeader(ctx, i.quotaMD(&d))
 		}
@@ -411,17 +414,20 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 // it opens, at the cost of its method, and refuses it before the handler
 // runs (Unauthenticated, as Unary, for an internal method without the
 // token); with WithStreamMessageCost it also charges each message the client
-// sends. It panics as Unary does if i was not built by New.
+// sends. Under a policy with an in-flight limit an allowed stream holds its
+// slot until the handler returns, for the stream's whole life; its messages
+// take none. It panics as Unary does if i was not built by New.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 	i.mustBeBuilt()
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		r := i.rule(info.FullMethod)
-		d := i.decide(ss.Context(), info.FullMethod, r.policy, r.cost)
+		d := i.decide(ss.Context(), info.FullMethod, r.policy, r.cost, false)
 		if d.Denied() {
 			md, err := i.refusal(&d)
 			ss.SetTrailer(md)
 			return err
 		}
+		defer i.lim.Release(ss.Context(), d)
 		exempt := d.Outcome == addrlimit.Exempt
 		if i.quota && !exempt {
 			_ = ss.SetHeader(i.quotaMD(&d))
@@ -456,7 +462,7 @@ func (s *chargedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	d := s.i.decide(s.Context(), s.method, s.policy, s.cost)
+	d := s.i.decide(s.Context(), s.method, s.policy, s.cost, true)
 	if d.Denied() {
 		var md metadata.MD
 		md, s.err = s.i.refusal(&d)
@@ -507,8 +513,9 @@ func peerAddr(ctx context.Context) (netip.Addr, bool) {
 // decide has the Limiter decide cost tokens of policy for the call of
 // method in ctx: its client address (ClientAddr), its authorization
 // metadata (the internal token), WithExempt's verdict, and the method as
-// the route observers see.
-func (i *Interceptor) decide(ctx context.Context, method, policy string, cost int) addrlimit.Decision {
+// the route observers see. A message of a stream (message) takes no
+// in-flight slot: its stream holds one.
+func (i *Interceptor) decide(ctx context.Context, method, policy string, cost int, message bool) addrlimit.Decision {
 	a, err := i.ClientAddr(ctx)
 	return i.lim.Decide(ctx, addrlimit.Call{
 		Addr:          a,
@@ -518,12 +525,16 @@ func (i *Interceptor) decide(ctx context.Context, method, policy string, cost in
 		Policy:        policy,
 		Cost:          cost,
 		Route:         method,
+		NoSlot:        message,
 	})
 }
 
 // refusal returns the status and trailer of the denied decision d.
 func (i *Interceptor) refusal(d *addrlimit.Decision) (metadata.MD, error) {
 	code, msg, delay := codes.ResourceExhausted, "rate limit exceeded", d.RetryAfter
+	if d.InFlightLimited {
+		msg = "too many calls in flight"
+	}
 	if d.QuotaUnknown { // the store failed under FailClosed
 		code, msg, delay = codes.Unavailable, "rate limiter unavailable", time.Second
 	}

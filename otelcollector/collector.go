@@ -28,6 +28,9 @@
 //	addrlimit.keys                   Int64ObservableUpDownCounter  {key}      addrlimit_keys{policy}
 //	addrlimit.approx_keys            Int64ObservableUpDownCounter  {key}      addrlimit_approx_keys
 //	addrlimit.approx_fill            Float64ObservableGauge        1          addrlimit_approx_fill_ratio
+//	addrlimit.in_flight              Int64ObservableUpDownCounter  {request}  addrlimit_in_flight{policy}
+//	addrlimit.in_flight_waiting      Int64ObservableUpDownCounter  {request}  addrlimit_in_flight_waiting{policy}
+//	addrlimit.in_flight_limited      Int64ObservableCounter        {request}  addrlimit_in_flight_limited_total{policy}
 //	addrlimit.identity_exempt        Int64ObservableCounter        {request}  addrlimit_identity_exempt_total{identity}
 //	addrlimit.identity_retired_token_limited
 //	                                 Int64ObservableCounter        {request}  addrlimit_identity_retired_token_limited_total{identity}
@@ -38,7 +41,8 @@
 // policy can have the empty name). addrlimit.limit_denials has the
 // attributes policy and limit: the limited requests of each limit of each
 // policy, by the limit that denied them (Decision.Limit). addrlimit.keys has
-// the attribute policy. The addrlimit.identity_* instruments have the
+// the attribute policy, as the addrlimit.in_flight* instruments do, which are reported for the policies with an in-flight limit
+// (addrlimit.Policy.InFlight) only. The addrlimit.identity_* instruments have the
 // attribute identity, one per name of addrlimit.NewIdentities (requests with
 // anonymous secrets count only in the totals).
 // With WithName every observation also carries the attribute limiter. Counters
@@ -89,7 +93,8 @@ type instruments struct {
 	denials                                   metric.Int64ObservableCounter
 	keyErrors, storeErrors, evictions         metric.Int64ObservableCounter
 	identityExempt, identityRetired           metric.Int64ObservableCounter
-	keys, approxKeys                          metric.Int64ObservableUpDownCounter
+	inFlightLimited                           metric.Int64ObservableCounter
+	keys, approxKeys, inFlight, inFlightWait  metric.Int64ObservableUpDownCounter
 	approxFill                                metric.Float64ObservableGauge
 }
 
@@ -126,7 +131,12 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 	in.evictions = counter("addrlimit.evictions", "{key}", "Buckets moved out of the exact in-memory table into the approximate memory, to make room.")
 	in.identityExempt = counter("addrlimit.identity_exempt", "{request}", "Requests exempted by a secret of the named internal identity.")
 	in.identityRetired = counter("addrlimit.identity_retired_token_limited", "{request}", "Limited requests that carried a retired secret of the named internal identity: that service missed a rotation.")
+	in.inFlightLimited = counter("addrlimit.in_flight_limited", "{request}", "Requests refused by the in-flight limit of their policy (counted as limited too).")
 	var err error
+	in.inFlight, err = meter.Int64ObservableUpDownCounter("addrlimit.in_flight", metric.WithUnit("{request}"), metric.WithDescription("In-flight slots held in this process's memory, per policy with an in-flight limit."))
+	errs = append(errs, err)
+	in.inFlightWait, err = meter.Int64ObservableUpDownCounter("addrlimit.in_flight_waiting", metric.WithUnit("{request}"), metric.WithDescription("Requests waiting for an in-flight slot (WithInFlightWait), per policy with an in-flight limit; they hold none."))
+	errs = append(errs, err)
 	in.keys, err = meter.Int64ObservableUpDownCounter("addrlimit.keys", metric.WithUnit("{key}"), metric.WithDescription("Exact buckets held in this process's memory (with a remote store: the local mirror kept under FailLocal, not the store's own buckets)."))
 	errs = append(errs, err)
 	in.approxKeys, err = meter.Int64ObservableUpDownCounter("addrlimit.approx_keys", metric.WithUnit("{key}"), metric.WithDescription("Estimated number of keys whose state lives only in the approximate memory."))
@@ -147,13 +157,19 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 	plain := attrs()
 	observe := func(_ context.Context, o metric.Observer) error {
 		s := lim.Stats()
-		for _, p := range s.Policies {
+		policies := lim.Policies()
+		for i, p := range s.Policies {
 			policy := attribute.String("policy", p.Name)
 			o.ObserveInt64(in.requests, clamp(p.Allowed), attrs(policy, attribute.String("outcome", "allowed")))
 			o.ObserveInt64(in.requests, clamp(p.Limited), attrs(policy, attribute.String("outcome", "limited")))
 			o.ObserveInt64(in.keys, int64(p.Keys), attrs(policy))
 			for _, l := range p.Limits {
 				o.ObserveInt64(in.denials, clamp(l.Limited), attrs(policy, attribute.String("limit", l.Name)))
+			}
+			if policies[i].InFlight > 0 {
+				o.ObserveInt64(in.inFlight, int64(p.InFlight), attrs(policy))
+				o.ObserveInt64(in.inFlightWait, int64(p.InFlightWaiting), attrs(policy))
+				o.ObserveInt64(in.inFlightLimited, clamp(p.InFlightLimited), attrs(policy))
 			}
 		}
 		o.ObserveInt64(in.requests, clamp(s.Exempt), attrs(attribute.String("policy", ""), attribute.String("outcome", "exempt")))
@@ -174,7 +190,7 @@ func New(lim *addrlimit.Limiter, meter metric.Meter, opts ...Option) (*Collector
 	}
 	reg, err := meter.RegisterCallback(observe,
 		in.requests, in.denials, in.refunded, in.credentialed, in.retired, in.keyErrors, in.storeErrors, in.evictions,
-		in.keys, in.approxKeys, in.approxFill, in.identityExempt, in.identityRetired)
+		in.keys, in.approxKeys, in.approxFill, in.identityExempt, in.identityRetired, in.inFlight, in.inFlightWait, in.inFlightLimited)
 	if err != nil {
 		return nil, fmt.Errorf("otelcollector: registering the callback: %w", err)
 	}

@@ -4,7 +4,8 @@
 // The collector reads Limiter.Stats once per scrape, so it adds nothing to the
 // request path: no observer, no per-request allocation, no per-key label. The
 // cardinality is fixed by the limiter's configuration: 3 series per policy,
-// 1 per limit of a policy (at most 4, store.MaxLimits), 2 per named
+// 1 per limit of a policy (at most 4, store.MaxLimits), 3 per policy with
+// an in-flight limit (addrlimit.Policy.InFlight), 2 per named
 // internal identity (addrlimit.NewIdentities, at most 64), plus 9. Several
 // limiters can share a registry when each collector has its
 // own name, exported as the constant label "limiter".
@@ -32,6 +33,12 @@
 //	addrlimit_approx_keys                     gauge    estimated keys held only in the approximate memory
 //	addrlimit_approx_fill_ratio               gauge    fraction (0 to 1) of the approximate memory's cells in use,
 //	                                                   in the fullest policy's table
+//	addrlimit_in_flight{policy}               gauge    in-flight slots held in this process's memory, for each
+//	                                                   policy with an in-flight limit (Policy.InFlight)
+//	addrlimit_in_flight_waiting{policy}       gauge    requests waiting for a slot (WithInFlightWait), for each
+//	                                                   policy with an in-flight limit
+//	addrlimit_in_flight_limited_total{policy} counter  requests the in-flight limit refused (in requests_total's
+//	                                                   "limited" too), for each policy with an in-flight limit
 //	addrlimit_identity_exempt_total{identity} counter  requests exempted by a secret of the named identity
 //	addrlimit_identity_retired_token_limited_total{identity}
 //	                                          counter  limited requests that carried a retired secret of the
@@ -60,12 +67,13 @@ import (
 // Collector is a prometheus.Collector for one Limiter. It is safe for
 // concurrent use; a scrape reads Limiter.Stats once.
 type Collector struct {
-	lim                                       *addrlimit.Limiter
-	requests, refunded, credentialed, retired *prometheus.Desc
-	denials                                   *prometheus.Desc
-	keyErrors, storeErrors, evictions         *prometheus.Desc
-	keys, approxKeys, approxFill              *prometheus.Desc
-	identityExempt, identityRetired           *prometheus.Desc
+	lim                                        *addrlimit.Limiter
+	requests, refunded, credentialed, retired  *prometheus.Desc
+	denials                                    *prometheus.Desc
+	keyErrors, storeErrors, evictions          *prometheus.Desc
+	keys, approxKeys, approxFill               *prometheus.Desc
+	identityExempt, identityRetired            *prometheus.Desc
+	inFlight, inFlightWaiting, inFlightLimited *prometheus.Desc
 }
 
 // New returns a collector for lim, which must not be nil. A non-empty name is
@@ -98,6 +106,9 @@ func New(lim *addrlimit.Limiter, name string) *Collector {
 		approxKeys:      desc("approx_keys", "Estimated number of keys whose state lives only in the approximate memory."),
 		identityExempt:  desc("identity_exempt_total", "Requests exempted by a secret of the named internal identity.", "identity"),
 		identityRetired: desc("identity_retired_token_limited_total", "Limited requests that carried a retired secret of the named internal identity: that service missed a rotation.", "identity"),
+		inFlight:        desc("in_flight", "In-flight slots held in this process's memory, per policy with an in-flight limit.", "policy"),
+		inFlightWaiting: desc("in_flight_waiting", "Requests waiting for an in-flight slot (WithInFlightWait), per policy with an in-flight limit; they hold none.", "policy"),
+		inFlightLimited: desc("in_flight_limited_total", "Requests refused by the in-flight limit of their policy (counted as limited too).", "policy"),
 		approxFill:      desc("approx_fill_ratio", "Fraction (0 to 1) of the approximate memory's cells still holding a future time, in the fullest policy's table; 0 until a table first fills."),
 	}
 }
@@ -106,7 +117,7 @@ func New(lim *addrlimit.Limiter, name string) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.requests, c.denials, c.refunded, c.credentialed, c.retired, c.keyErrors, c.storeErrors, c.evictions,
-		c.keys, c.approxKeys, c.approxFill, c.identityExempt, c.identityRetired,
+		c.keys, c.approxKeys, c.approxFill, c.identityExempt, c.identityRetired, c.inFlight, c.inFlightWaiting, c.inFlightLimited,
 	} {
 		ch <- d
 	}
@@ -115,19 +126,25 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.lim.Stats()
+	policies := c.lim.Policies()
 	counter := func(d *prometheus.Desc, v uint64, label ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), label...)
 	}
 	gauge := func(d *prometheus.Desc, v float64, label ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, label...)
 	}
-	for _, p := range s.Policies {
+	for i, p := range s.Policies {
 		counter(c.requests, p.Allowed, p.Name, "allowed")
 		counter(c.requests, p.Limited, p.Name, "limited")
 		for _, l := range p.Limits {
 			counter(c.denials, l.Limited, p.Name, l.Name)
 		}
 		gauge(c.keys, float64(p.Keys), p.Name)
+		if policies[i].InFlight > 0 {
+			gauge(c.inFlight, float64(p.InFlight), p.Name)
+			gauge(c.inFlightWaiting, float64(p.InFlightWaiting), p.Name)
+			counter(c.inFlightLimited, p.InFlightLimited, p.Name)
+		}
 	}
 	counter(c.requests, s.Exempt, "", "exempt")
 	counter(c.refunded, s.Refunded)

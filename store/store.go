@@ -53,17 +53,26 @@ const MaxLimits = limits.Max
 // RateLimit-Policy header field, in Stats and in metrics, and is part of
 // the buckets' identity in a Store (see Store). A Limiter keeps its own
 // copy of Limits, with every Name filled in.
+//
+// InFlight, above 0, also bounds how many of a key's requests may run at
+// once (addrlimit.WithInFlight sets it on the default policy): a request
+// must pass the rate limits and find a free slot, held until its handler
+// returns. It is not part of the buckets' identity.
 type Policy struct {
-	Name   string
-	Limits []Limit
+	Name     string
+	Limits   []Limit
+	InFlight int
 }
+
+// MaxInFlight bounds Policy.InFlight.
+const MaxInFlight = 1 << 20
 
 // Validate reports whether a Limiter accepts p: Name is 1 to 64 bytes of
 // A-Z a-z 0-9 . _ - (so that it needs no escaping in a header field, a
 // metric label or a store key); p has 1 to MaxLimits limits, each with a
 // Burst of at least 1, a positive Interval, and Burst × Interval within
-// the bucket arithmetic (a full refill of under about 73 years); the
-// limits' names (given or derived, see Limit.Name) are distinct, and with
+// the bucket arithmetic (a full refill of under about 73 years); InFlight
+// is 0 to MaxInFlight; the limits' names (given or derived, see Limit.Name) are distinct, and with
 // several limits, Name, "-" and a limit's name (the limit's entry in the
 // RateLimit fields) make at most 64 bytes. addrlimit.WithPolicy calls it;
 // a Store may call it on the policies it is given, so that one rule holds
@@ -71,6 +80,9 @@ type Policy struct {
 func (p Policy) Validate() error {
 	if err := headers.CheckName(p.Name); err != nil {
 		return fmt.Errorf("addrlimit: %w", err)
+	}
+	if p.InFlight < 0 || p.InFlight > MaxInFlight {
+		return fmt.Errorf("addrlimit: policy %q: in-flight limit must be 0 (none) to %d, got %d", p.Name, MaxInFlight, p.InFlight)
 	}
 	if len(p.Limits) < 1 || len(p.Limits) > MaxLimits {
 		return fmt.Errorf("addrlimit: policy %q: has %d limits, not 1 to %d", p.Name, len(p.Limits), MaxLimits)
