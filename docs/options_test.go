@@ -20,6 +20,13 @@ func rootAPI(t *testing.T, root string) (options map[string]bool, fields map[str
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Policy and Limit are aliases of package store's types: their fields
+	// are written there.
+	storeFiles, err := filepath.Glob(filepath.Join(root, "store", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, storeFiles...)
 	options, fields = map[string]bool{}, map[string]map[string]bool{}
 	fset := token.NewFileSet()
 	for _, f := range files {
