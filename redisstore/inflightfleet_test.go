@@ -1,0 +1,294 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/addrlimit/addrlimit"
+	"github.com/addrlimit/addrlimit/redisstore"
+	"github.com/addrlimit/addrlimit/store"
+	"github.com/redis/go-redis/v9"
+)
+
+// The in-flight limit end to end: real Limiters (each with its own go-redis
+// client) behind real HTTP servers on loopback, sharing one Redis or one
+// Cluster, with handlers that block until the test lets them return. Exact
+// counts are asserted only once no decision was degraded (Decision.Degraded
+// via the observer, Stats().StoreErrors): they then depend on the store's
+// script alone, not on scheduling.
+
+// gauge counts the handlers of one scope that run at once: now, the most
+// seen, and how many ever entered.
+type gauge struct{ now, most, entered atomic.Int64 }
+
+func (g *gauge) up() {
+	g.entered.Add(1)
+	n := g.now.Add(1)
+	for m := g.most.Load(); n > m && !g.most.CompareAndSwap(m, n); m = g.most.Load() {
+	}
+}
+
+func (g *gauge) down() { g.now.Add(-1) }
+
+// blockHandler counts each request in the gauges scope returns for it, and
+// returns once open is closed.
+func blockHandler(open <-chan struct{}, scope func(r *http.Request) []*gauge) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gs := scope(r)
+		for _, g := range gs {
+			g.up()
+		}
+		<-open
+		for _, g := range gs {
+			g.down()
+		}
+	})
+}
+
+// fleetServer is an instance behind a real HTTP server on loopback.
+type fleetServer struct {
+	*instance
+	srv *httptest.Server
+}
+
+// serveFleet starts one HTTP server per instance, each serving h through its
+// instance's Limiter; the servers close when the test ends, after unblock
+// (so that no handler still blocks then).
+func serveFleet(t *testing.T, h http.Handler, unblock func(), fleet ...*instance) []*fleetServer {
+	t.Helper()
+	var out []*fleetServer
+	for _, in := range fleet {
+		srv := httptest.NewServer(in.lim.Handler(h))
+		t.Cleanup(srv.Close)
+		out = append(out, &fleetServer{instance: in, srv: srv})
+	}
+	t.Cleanup(unblock) // runs before the servers close
+	return out
+}
+
+// response is what a client saw of one request.
+type response struct {
+	code       int
+	retryAfter string
+	err        error
+}
+
+// sendAll sends one request to each of urls at once, each with the
+// X-Forwarded-For field xff[i] when xff is not nil, and returns the
+// channel their responses arrive on.
+func sendAll(t *testing.T, urls, xff []string) <-chan response {
+	t.Helper()
+	tr := &http.Transport{MaxIdleConnsPerHost: len(urls)}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr, Timeout: 2 * time.Minute}
+	out := make(chan response, len(urls))
+	for i, u := range urls {
+		go func() {
+			r, err := http.NewRequest("GET", u, nil)
+			if err != nil {
+				out <- response{err: err}
+				return
+			}
+			if xff != nil {
+				r.Header.Set("X-Forwarded-For", xff[i])
+			}
+			res, err := c.Do(r)
+			if err != nil {
+				out <- response{err: err}
+				return
+			}
+			res.Body.Close()
+			out <- response{code: res.StatusCode, retryAfter: res.Header.Get("Retry-After")}
+		}()
+	}
+	return out
+}
+
+// settle reads the responses of total requests until every one either got
+// its response or entered a handler (entered reports how many did), and
+// returns the responses: each came before any handler was let go, so each
+// is a refusal. The bound (60 s) is generous: on a loaded machine, a
+// request that never settles is a bug, not a slow run.
+func settle(t *testing.T, got <-chan response, total int, entered func() int64) []response {
+	t.Helper()
+	var early []response
+	deadline := time.After(60 * time.Second)
+	for int(entered())+len(early) < total {
+		select {
+		case r := <-got:
+			early = append(early, r)
+		case <-time.After(5 * time.Millisecond): // polling the handlers' count
+		case <-deadline:
+			t.Fatalf("after 60 s, %d handlers entered and %d responses of %d requests", entered(), len(early), total)
+		}
+	}
+	return early
+}
+
+// refusals checks that every response in rs is a want with Retry-After: 1.
+func refusals(t *testing.T, rs []response, want int) {
+	t.Helper()
+	for _, r := range rs {
+		if r.err != nil || r.code != want || r.retryAfter != "1" {
+			t.Fatalf("a refused request got %d, Retry-After %q, error %v; want %d with Retry-After: 1", r.code, r.retryAfter, r.err, want)
+		}
+	}
+}
+
+// finish reads n more responses (of the requests let go) and checks that
+// each is a 200.
+func finish(t *testing.T, got <-chan response, n int) {
+	t.Helper()
+	for range n {
+		if r := <-got; r.err != nil || r.code != 200 {
+			t.Fatalf("a request that ran got %d, error %v; want 200", r.code, r.err)
+		}
+	}
+}
+
+// notDegraded fails t unless every decision of the fleet came from Redis.
+func notDegraded(t *testing.T, fleet ...*instance) {
+	t.Helper()
+	for i, in := range fleet {
+		if errs, se := in.degraded(), in.lim.Stats().StoreErrors; len(errs) != 0 || se != 0 {
+			t.Fatalf("instance %d: %d degraded decisions (%v), %d store errors: exact counts need none", i, len(errs), errs, se)
+		}
+	}
+}
+
+// splitURLs returns n URLs alternating over the servers.
+func splitURLs(fleet []*fleetServer, n int) []string {
+	urls := make([]string, n)
+	for i := range urls {
+		urls[i] = fleet[i%len(fleet)].srv.URL
+	}
+	return urls
+}
+
+// loopbackLease is the lease (without ID) of the loopback client's slots
+// under the default policy.
+var loopbackLease = store.Lease{Policy: addrlimit.DefaultPolicyName, Key: addrlimit.AddrKey(netip.MustParseAddr("127.0.0.1"))}
+
+// overN sends n+k requests of one client at once, split over the fleet's
+// servers, and checks that exactly n handlers run (at most n at once,
+// counted by one gauge over both servers), the k others get 429 with
+// Retry-After: 1, and, once the handlers return, no slot is left in Redis.
+func overN(t *testing.T, obs redis.UniversalClient, fleet []*fleetServer, g *gauge, open chan struct{}, n, k int) {
+	t.Helper()
+	got := sendAll(t, splitURLs(fleet, n+k), nil)
+	early := settle(t, got, n+k, g.entered.Load)
+	var ins []*instance
+	for _, f := range fleet {
+		ins = append(ins, f.instance)
+	}
+	notDegraded(t, ins...)
+	if e, m := g.entered.Load(), g.most.Load(); e != int64(n) || m != int64(n) || len(early) != k {
+		t.Fatalf("%d requests of one client over %d instances, WithInFlight(%d): %d handlers ran (at most %d at once), %d refused; want exactly %d and %d",
+			n+k, len(fleet), n, e, m, len(early), n, k)
+	}
+	refusals(t, early, 429)
+	if z := zcard(t, obs, fleet[0].store, loopbackLease); z != int64(n) {
+		t.Fatalf("ZCARD %d while %d handlers run, want %d", z, n, n)
+	}
+	close(open)
+	finish(t, got, n)
+	notDegraded(t, ins...)
+	if z := zcard(t, obs, fleet[0].store, loopbackLease); z != 0 {
+		t.Fatalf("ZCARD %d after every handler returned, want 0 (a leaked slot)", z)
+	}
+}
+
+// Two instances (two clients, one Redis), WithInFlight(3) beside a rate
+// limit: 40 requests of one client at once, 20 per server, run exactly 3
+// handlers fleet-wide; 37 get 429 with Retry-After: 1; no slot is left.
+func TestInFlightFleetTwoInstancesShareN(t *testing.T) {
+	needRedis(t)
+	const n, k = 3, 37
+	prefix := []redisstore.Option{redisstore.WithKeyPrefix(testPrefix(t))}
+	a := newInstance(t, shared.client(t), 1000, time.Hour, prefix, addrlimit.WithInFlight(n))
+	b := newInstance(t, shared.client(t), 1000, time.Hour, prefix, addrlimit.WithInFlight(n))
+	var g gauge
+	open := make(chan struct{})
+	h := blockHandler(open, func(*http.Request) []*gauge { return []*gauge{&g} })
+	fleet := serveFleet(t, h, func() {}, a, b)
+	overN(t, shared.client(t), fleet, &g, open, n, k)
+	if got := a.lim.Stats().Policies[0].InFlightLimited + b.lim.Stats().Policies[0].InFlightLimited; got != k {
+		t.Fatalf("InFlightLimited %d over both instances, want %d", got, k)
+	}
+	t.Logf("%d requests over 2 instances: %d ran (at most %d at once), %d refused with 429", n+k, g.entered.Load(), g.most.Load(), k)
+}
+
+// fleetOnCluster: the same on a three-master Cluster, for 12 clients
+// (behind a trusted proxy, keyed by X-Forwarded-For) whose slot sets lie on
+// every master: each client runs exactly its 2 handlers of 5 at once.
+func fleetOnCluster(t *testing.T, nodes []*redisServer) {
+	const n, k, clients = 2, 3, 12
+	proxies, err := addrlimit.NewTrustedProxies("X-Forwarded-For", netip.MustParsePrefix("127.0.0.1/32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := []redisstore.Option{redisstore.WithKeyPrefix(testPrefix(t))}
+	opts := []addrlimit.Option{addrlimit.WithInFlight(n), addrlimit.WithKeyFunc(proxies.Key)}
+	a := newInstance(t, clusterClient(t, nodes), 1000, time.Hour, prefix, opts...)
+	b := newInstance(t, clusterClient(t, nodes), 1000, time.Hour, prefix, opts...)
+	obs := clusterClient(t, nodes)
+	gauges := map[string]*gauge{}
+	masters := map[string]bool{}
+	for i := range clients {
+		addr := fmt.Sprint("198.51.100.", i+1)
+		gauges[addr] = new(gauge)
+		m, err := obs.MasterForKey(context.Background(), leaseKey(t, a.store, store.Lease{Policy: addrlimit.DefaultPolicyName, Key: addr}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[m.Options().Addr] = true
+	}
+	if len(masters) != 3 {
+		t.Fatalf("%d clients' slots on %d masters, want all 3", clients, len(masters))
+	}
+	var all gauge
+	open := make(chan struct{})
+	h := blockHandler(open, func(r *http.Request) []*gauge {
+		return []*gauge{gauges[r.Header.Get("X-Forwarded-For")], &all}
+	})
+	fleet := serveFleet(t, h, func() {}, a, b)
+	var urls, xff []string
+	for i := range clients * (n + k) {
+		urls = append(urls, fleet[i%2].srv.URL)
+		xff = append(xff, fmt.Sprint("198.51.100.", i/(n+k)+1))
+	}
+	got := sendAll(t, urls, xff)
+	early := settle(t, got, len(urls), all.entered.Load)
+	notDegraded(t, a, b)
+	for addr, g := range gauges {
+		if e, m := g.entered.Load(), g.most.Load(); e != n || m != n {
+			t.Fatalf("client %s: %d handlers ran, at most %d at once; want exactly %d", addr, e, m, n)
+		}
+		if z := zcard(t, obs, a.store, store.Lease{Policy: addrlimit.DefaultPolicyName, Key: addr}); z != n {
+			t.Fatalf("client %s: ZCARD %d while its handlers run, want %d", addr, z, n)
+		}
+	}
+	if len(early) != clients*k {
+		t.Fatalf("%d refused, want %d", len(early), clients*k)
+	}
+	refusals(t, early, 429)
+	close(open)
+	finish(t, got, clients*n)
+	notDegraded(t, a, b)
+	for addr := range gauges {
+		if z := zcard(t, obs, a.store, store.Lease{Policy: addrlimit.DefaultPolicyName, Key: addr}); z != 0 {
+			t.Fatalf("client %s: ZCARD %d after its handlers returned, want 0", addr, z)
+		}
+	}
+	t.Logf("%d clients × %d requests on 3 masters: %d handlers ran, %d refused", clients, n+k, all.entered.Load(), len(early))
+}
+
+func TestInFlightFleetCluster(t *testing.T) {
+	fleetOnCluster(t, startCluster(t))
+}
