@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,6 +39,16 @@ func (g *gauge) up() {
 
 func (g *gauge) down() { g.now.Add(-1) }
 
+// gate holds handlers until let is called (once or more).
+type gate struct {
+	c    chan struct{}
+	once sync.Once
+}
+
+func newGate() *gate { return &gate{c: make(chan struct{})} }
+
+func (g *gate) let() { g.once.Do(func() { close(g.c) }) }
+
 // blockHandler counts each request in the gauges scope returns for it, and
 // returns once open is closed.
 func blockHandler(open <-chan struct{}, scope func(r *http.Request) []*gauge) http.Handler {
@@ -57,18 +70,24 @@ type fleetServer struct {
 	srv *httptest.Server
 }
 
-// serveFleet starts one HTTP server per instance, each serving h through its
-// instance's Limiter; the servers close when the test ends, after unblock
-// (so that no handler still blocks then).
-func serveFleet(t *testing.T, h http.Handler, unblock func(), fleet ...*instance) []*fleetServer {
+// serve starts an HTTP server on loopback serving h through in's Limiter;
+// it closes when the test ends, after g lets every handler go (so that
+// none still blocks then).
+func serve(t *testing.T, in *instance, h http.Handler, g *gate) *fleetServer {
+	t.Helper()
+	srv := httptest.NewServer(in.lim.Handler(h))
+	t.Cleanup(srv.Close)
+	t.Cleanup(g.let) // runs before srv.Close
+	return &fleetServer{instance: in, srv: srv}
+}
+
+// serveFleet serves h through each instance (see serve).
+func serveFleet(t *testing.T, h http.Handler, g *gate, fleet ...*instance) []*fleetServer {
 	t.Helper()
 	var out []*fleetServer
 	for _, in := range fleet {
-		srv := httptest.NewServer(in.lim.Handler(h))
-		t.Cleanup(srv.Close)
-		out = append(out, &fleetServer{instance: in, srv: srv})
+		out = append(out, serve(t, in, h, g))
 	}
-	t.Cleanup(unblock) // runs before the servers close
 	return out
 }
 
@@ -152,12 +171,31 @@ func finish(t *testing.T, got <-chan response, n int) {
 	}
 }
 
-// notDegraded fails t unless every decision of the fleet came from Redis.
-func notDegraded(t *testing.T, fleet ...*instance) {
+// mark is how many degraded decisions and store errors an instance had.
+type mark struct {
+	degraded    int
+	storeErrors uint64
+}
+
+func marks(fleet []*instance) []mark {
+	var ms []mark
+	for _, in := range fleet {
+		ms = append(ms, mark{len(in.degraded()), in.lim.Stats().StoreErrors})
+	}
+	return ms
+}
+
+// notDegraded fails t unless every decision of the fleet since the marks
+// (nil: ever) came from Redis.
+func notDegraded(t *testing.T, since []mark, fleet ...*instance) {
 	t.Helper()
-	for i, in := range fleet {
-		if errs, se := in.degraded(), in.lim.Stats().StoreErrors; len(errs) != 0 || se != 0 {
-			t.Fatalf("instance %d: %d degraded decisions (%v), %d store errors: exact counts need none", i, len(errs), errs, se)
+	for i, m := range marks(fleet) {
+		if since != nil {
+			m.degraded -= since[i].degraded
+			m.storeErrors -= since[i].storeErrors
+		}
+		if m.degraded != 0 || m.storeErrors != 0 {
+			t.Fatalf("instance %d: %d degraded decisions (%v), %d store errors: exact counts need none", i, m.degraded, fleet[i].degraded(), m.storeErrors)
 		}
 	}
 }
@@ -179,15 +217,16 @@ var loopbackLease = store.Lease{Policy: addrlimit.DefaultPolicyName, Key: addrli
 // servers, and checks that exactly n handlers run (at most n at once,
 // counted by one gauge over both servers), the k others get 429 with
 // Retry-After: 1, and, once the handlers return, no slot is left in Redis.
-func overN(t *testing.T, obs redis.UniversalClient, fleet []*fleetServer, g *gauge, open chan struct{}, n, k int) {
+func overN(t *testing.T, obs redis.UniversalClient, fleet []*fleetServer, g *gauge, open *gate, n, k int) {
 	t.Helper()
-	got := sendAll(t, splitURLs(fleet, n+k), nil)
-	early := settle(t, got, n+k, g.entered.Load)
 	var ins []*instance
 	for _, f := range fleet {
 		ins = append(ins, f.instance)
 	}
-	notDegraded(t, ins...)
+	since := marks(ins)
+	got := sendAll(t, splitURLs(fleet, n+k), nil)
+	early := settle(t, got, n+k, g.entered.Load)
+	notDegraded(t, since, ins...)
 	if e, m := g.entered.Load(), g.most.Load(); e != int64(n) || m != int64(n) || len(early) != k {
 		t.Fatalf("%d requests of one client over %d instances, WithInFlight(%d): %d handlers ran (at most %d at once), %d refused; want exactly %d and %d",
 			n+k, len(fleet), n, e, m, len(early), n, k)
@@ -196,9 +235,9 @@ func overN(t *testing.T, obs redis.UniversalClient, fleet []*fleetServer, g *gau
 	if z := zcard(t, obs, fleet[0].store, loopbackLease); z != int64(n) {
 		t.Fatalf("ZCARD %d while %d handlers run, want %d", z, n, n)
 	}
-	close(open)
+	open.let()
 	finish(t, got, n)
-	notDegraded(t, ins...)
+	notDegraded(t, since, ins...)
 	if z := zcard(t, obs, fleet[0].store, loopbackLease); z != 0 {
 		t.Fatalf("ZCARD %d after every handler returned, want 0 (a leaked slot)", z)
 	}
@@ -214,9 +253,9 @@ func TestInFlightFleetTwoInstancesShareN(t *testing.T) {
 	a := newInstance(t, shared.client(t), 1000, time.Hour, prefix, addrlimit.WithInFlight(n))
 	b := newInstance(t, shared.client(t), 1000, time.Hour, prefix, addrlimit.WithInFlight(n))
 	var g gauge
-	open := make(chan struct{})
-	h := blockHandler(open, func(*http.Request) []*gauge { return []*gauge{&g} })
-	fleet := serveFleet(t, h, func() {}, a, b)
+	open := newGate()
+	h := blockHandler(open.c, func(*http.Request) []*gauge { return []*gauge{&g} })
+	fleet := serveFleet(t, h, open, a, b)
 	overN(t, shared.client(t), fleet, &g, open, n, k)
 	if got := a.lim.Stats().Policies[0].InFlightLimited + b.lim.Stats().Policies[0].InFlightLimited; got != k {
 		t.Fatalf("InFlightLimited %d over both instances, want %d", got, k)
@@ -253,11 +292,11 @@ func fleetOnCluster(t *testing.T, nodes []*redisServer) {
 		t.Fatalf("%d clients' slots on %d masters, want all 3", clients, len(masters))
 	}
 	var all gauge
-	open := make(chan struct{})
-	h := blockHandler(open, func(r *http.Request) []*gauge {
+	open := newGate()
+	h := blockHandler(open.c, func(r *http.Request) []*gauge {
 		return []*gauge{gauges[r.Header.Get("X-Forwarded-For")], &all}
 	})
-	fleet := serveFleet(t, h, func() {}, a, b)
+	fleet := serveFleet(t, h, open, a, b)
 	var urls, xff []string
 	for i := range clients * (n + k) {
 		urls = append(urls, fleet[i%2].srv.URL)
@@ -265,7 +304,7 @@ func fleetOnCluster(t *testing.T, nodes []*redisServer) {
 	}
 	got := sendAll(t, urls, xff)
 	early := settle(t, got, len(urls), all.entered.Load)
-	notDegraded(t, a, b)
+	notDegraded(t, nil, a, b)
 	for addr, g := range gauges {
 		if e, m := g.entered.Load(), g.most.Load(); e != n || m != n {
 			t.Fatalf("client %s: %d handlers ran, at most %d at once; want exactly %d", addr, e, m, n)
@@ -278,9 +317,9 @@ func fleetOnCluster(t *testing.T, nodes []*redisServer) {
 		t.Fatalf("%d refused, want %d", len(early), clients*k)
 	}
 	refusals(t, early, 429)
-	close(open)
+	open.let()
 	finish(t, got, clients*n)
-	notDegraded(t, a, b)
+	notDegraded(t, nil, a, b)
 	for addr := range gauges {
 		if z := zcard(t, obs, a.store, store.Lease{Policy: addrlimit.DefaultPolicyName, Key: addr}); z != 0 {
 			t.Fatalf("client %s: ZCARD %d after its handlers returned, want 0", addr, z)
@@ -291,4 +330,130 @@ func fleetOnCluster(t *testing.T, nodes []*redisServer) {
 
 func TestInFlightFleetCluster(t *testing.T) {
 	fleetOnCluster(t, startCluster(t))
+}
+
+// attempt sends one request to url and waits until it is refused (its
+// response came back) or runs (g counted one more handler entering). It
+// returns the refusal, or nil and the channel its response will come on.
+func attempt(t *testing.T, url string, g *gauge) (*response, <-chan response) {
+	t.Helper()
+	before := g.entered.Load()
+	got := sendAll(t, []string{url}, nil)
+	if early := settle(t, got, 1, func() int64 { return g.entered.Load() - before }); len(early) == 1 {
+		return &early[0], nil
+	}
+	return nil, got
+}
+
+// An instance that dies: B holds the loopback client's 3 slots with
+// handlers that never return, then its Redis client is closed, so nothing
+// renews its leases (a stalled or partitioned instance; the store-level
+// TestInFlightSIGKILLedInstance kills a real process). The survivor A gets
+// the 3 slots back once B's leases lapse, in Redis time: every refusal A
+// gives comes before the last of them lapsed, no slot comes back before its
+// lease's expiry, and the last within the lease time plus 5 s of the death.
+func TestInFlightFleetDeadInstanceSlotsReturn(t *testing.T) {
+	needRedis(t)
+	const n, lease = 3, time.Second // a renewal every 333 ms holds on a loaded machine
+	name := fmt.Sprint("inflight-dying-", time.Now().UnixNano())
+	dying := redis.NewClient(&redis.Options{Addr: shared.addr(), ContextTimeoutEnabled: true, ClientName: name})
+	sopts := []redisstore.Option{redisstore.WithKeyPrefix(testPrefix(t)), redisstore.WithLeaseTime(lease)}
+	a := newInstance(t, shared.client(t), 1000, time.Hour, sopts, addrlimit.WithInFlight(n))
+	b := newInstance(t, dying, 1000, time.Hour, sopts, addrlimit.WithInFlight(n))
+	obs := shared.client(t)
+	var ga, gb gauge
+	never, open := newGate(), newGate()
+	sb := serve(t, b, blockHandler(never.c, func(*http.Request) []*gauge { return []*gauge{&gb} }), never)
+	sa := serve(t, a, blockHandler(open.c, func(*http.Request) []*gauge { return []*gauge{&ga} }), open)
+
+	if early := settle(t, sendAll(t, splitURLs([]*fleetServer{sb}, n), nil), n, gb.entered.Load); len(early) != 0 {
+		t.Fatalf("B's first %d requests: %d refused", n, len(early))
+	}
+	if r, _ := attempt(t, sa.srv.URL, &ga); r == nil || r.code != 429 {
+		t.Fatalf("A ran a request while B held all %d slots and renewed them", n)
+	}
+	notDegraded(t, nil, a, b)
+	dying.Close() // B dies: its handlers still block, nothing renews their leases
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		list, err := obs.ClientList(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(list, "name="+name+" ") {
+			break // Redis ran everything B sent
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Redis still has the dead instance's connections after 10 s")
+		}
+		time.Sleep(5 * time.Millisecond) // polling Redis for a state
+	}
+	died := serverTime(t, obs)
+	zs, err := obs.ZRangeWithScores(context.Background(), leaseKey(t, a.store, loopbackLease), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := map[string]bool{}
+	var expiries []time.Time
+	for _, z := range zs {
+		dead[z.Member.(string)] = true
+		expiries = append(expiries, time.UnixMicro(int64(z.Score)))
+	}
+	if len(expiries) != n {
+		t.Fatalf("%d of B's leases held when it died, want %d (a stall of %v lapsed one?)", len(expiries), n, lease*2/3)
+	}
+	slices.SortFunc(expiries, time.Time.Compare)
+
+	var running []<-chan response
+	seen := map[string]bool{}
+	refused := 0
+	var last time.Time
+	for deadline := time.Now().Add(30 * time.Second); len(running) < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d slots back after 30 s of wall time (lease %v)", len(running), n, lease)
+		}
+		pre := serverTime(t, obs)
+		r, got := attempt(t, sa.srv.URL, &ga)
+		if r != nil {
+			refusals(t, []response{*r}, 429)
+			if !pre.Before(expiries[n-1]) {
+				t.Fatalf("A refused at server time %v or later, when every dead lease had lapsed (the last at %v)", pre, expiries[n-1])
+			}
+			refused++
+			time.Sleep(10 * time.Millisecond) // polling for a state
+			continue
+		}
+		running = append(running, got)
+		last = serverTime(t, obs)
+		zs, err := obs.ZRangeWithScores(context.Background(), leaseKey(t, a.store, loopbackLease), 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, z := range zs {
+			id := z.Member.(string)
+			if dead[id] || seen[id] {
+				continue
+			}
+			seen[id] = true
+			// The score is the acquisition's server time plus the lease time,
+			// or later if A renewed it since: never before the acquisition.
+			if at := time.UnixMicro(int64(z.Score)).Add(-lease); at.Before(expiries[len(seen)-1]) {
+				t.Fatalf("slot %d back at server time %v at the latest, before B's lease expiring at %v lapsed", len(seen), at, expiries[len(seen)-1])
+			}
+		}
+	}
+	if len(seen) != n || ga.most.Load() != n {
+		t.Fatalf("A holds %d new leases, %d handlers at once; want %d", len(seen), ga.most.Load(), n)
+	}
+	if back := last.Sub(died); back > lease+5*time.Second {
+		t.Fatalf("the last slot came back %v after B died, want within the lease %v + 5 s", back, lease)
+	}
+	notDegraded(t, nil, a)
+	open.let()
+	for _, got := range running {
+		finish(t, got, 1)
+	}
+	if z := zcard(t, obs, a.store, loopbackLease); z != 0 {
+		t.Fatalf("ZCARD %d after A's handlers returned, want 0 (B's lapsed leases dropped, A's released)", z)
+	}
+	t.Logf("%d slots back %v after B died (server time; lease %v), %d refusals before", n, last.Sub(died), lease, refused)
 }
