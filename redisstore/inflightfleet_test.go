@@ -457,3 +457,114 @@ func TestInFlightFleetDeadInstanceSlotsReturn(t *testing.T) {
 	}
 	t.Logf("%d slots back %v after B died (server time; lease %v), %d refusals before", n, last.Sub(died), lease, refused)
 }
+
+// Redis down under FailLocal: each instance enforces WithInFlight(2)
+// alone, from its own table (so at most 4 fleet-wide): 10 requests of one
+// client, 5 per server, run exactly 2 handlers on each, every decision
+// degraded, the 6 others 429 with Retry-After: 1. Once Redis is back, the
+// fleet shares 2 again. Under FailClosed every request gets 503 with
+// Retry-After: 1 and no handler runs.
+func TestInFlightFleetOutage(t *testing.T) {
+	const n, k = 2, 3
+	t.Run("FailLocal", func(t *testing.T) {
+		srv := startServer(t)
+		sopts := []redisstore.Option{redisstore.WithKeyPrefix(testPrefix(t)), redisstore.WithTimeout(200 * time.Millisecond), redisstore.WithBreaker(3, 20*time.Millisecond)}
+		lopts := []addrlimit.Option{addrlimit.WithInFlight(n), addrlimit.WithStoreFailure(addrlimit.FailLocal)}
+		a := newInstance(t, srv.client(t), 1000, time.Hour, sopts, lopts...)
+		b := newInstance(t, srv.client(t), 1000, time.Hour, sopts, lopts...)
+		var ga, gb, all gauge
+		open := newGate()
+		fleet := []*fleetServer{
+			serve(t, a, blockHandler(open.c, func(*http.Request) []*gauge { return []*gauge{&ga, &all} }), open),
+			serve(t, b, blockHandler(open.c, func(*http.Request) []*gauge { return []*gauge{&gb, &all} }), open),
+		}
+		srv.stop()
+		got := sendAll(t, splitURLs(fleet, 2*(n+k)), nil)
+		early := settle(t, got, 2*(n+k), all.entered.Load)
+		if ea, eb, m := ga.entered.Load(), gb.entered.Load(), all.most.Load(); ea != n || eb != n || m != 2*n || len(early) != 2*k {
+			t.Fatalf("Redis down, %d requests over 2 instances: %d and %d handlers ran (%d at once), %d refused; want %d each (%d at once) and %d refused",
+				2*(n+k), ea, eb, m, len(early), n, 2*n, 2*k)
+		}
+		refusals(t, early, 429)
+		for i, in := range []*instance{a, b} {
+			if d := len(in.degraded()); d != n+k {
+				t.Fatalf("instance %d: %d degraded decisions during the outage, want all %d", i, d, n+k)
+			}
+		}
+		open.let()
+		finish(t, got, 2*n)
+		if err := srv.start(); err != nil {
+			t.Fatal(err)
+		}
+		waitClosed(t, a.store, b.store)
+		var g gauge
+		again := newGate()
+		h := blockHandler(again.c, func(*http.Request) []*gauge { return []*gauge{&g} })
+		overN(t, srv.client(t), serveFleet(t, h, again, a, b), &g, again, n, 2*k)
+	})
+	t.Run("FailClosed", func(t *testing.T) {
+		srv := startServer(t)
+		sopts := []redisstore.Option{redisstore.WithKeyPrefix(testPrefix(t)), redisstore.WithTimeout(200 * time.Millisecond), redisstore.WithBreaker(3, 20*time.Millisecond)}
+		lopts := []addrlimit.Option{addrlimit.WithInFlight(n), addrlimit.WithStoreFailure(addrlimit.FailClosed)}
+		a := newInstance(t, srv.client(t), 1000, time.Hour, sopts, lopts...)
+		b := newInstance(t, srv.client(t), 1000, time.Hour, sopts, lopts...)
+		var g gauge
+		open := newGate()
+		fleet := serveFleet(t, blockHandler(open.c, func(*http.Request) []*gauge { return []*gauge{&g} }), open, a, b)
+		srv.stop()
+		early := settle(t, sendAll(t, splitURLs(fleet, 2*(n+k)), nil), 2*(n+k), g.entered.Load)
+		if e := g.entered.Load(); e != 0 || len(early) != 2*(n+k) {
+			t.Fatalf("FailClosed, Redis down: %d handlers ran, %d refused; want 0 and %d", e, len(early), 2*(n+k))
+		}
+		refusals(t, early, 503)
+	})
+}
+
+// A long request keeps its slot past 4 lease times of Redis time, its
+// lease renewed by its Limiter every third of the lease time, while every
+// competing request of the client, on either instance, gets 429; once it
+// returns, the next one runs.
+func TestInFlightFleetLongRequestRenewed(t *testing.T) {
+	needRedis(t)
+	const lease = time.Second // a renewal every 333 ms; a stall of 667 ms would lapse it
+	sopts := []redisstore.Option{redisstore.WithKeyPrefix(testPrefix(t)), redisstore.WithLeaseTime(lease)}
+	a := newInstance(t, shared.client(t), 1000, time.Hour, sopts, addrlimit.WithInFlight(1))
+	b := newInstance(t, shared.client(t), 1000, time.Hour, sopts, addrlimit.WithInFlight(1))
+	obs := shared.client(t)
+	var g gauge
+	open := newGate()
+	fleet := serveFleet(t, blockHandler(open.c, func(*http.Request) []*gauge { return []*gauge{&g} }), open, a, b)
+	r, long := attempt(t, fleet[0].srv.URL, &g)
+	if r != nil {
+		t.Fatalf("the long request refused: %d", r.code)
+	}
+	start := serverTime(t, obs) // after the acquisition
+	first, err := obs.ZRangeWithScores(context.Background(), leaseKey(t, a.store, loopbackLease), 0, -1).Result()
+	if err != nil || len(first) != 1 {
+		t.Fatalf("the long request's lease: %v, %v; want one", first, err)
+	}
+	refused := 0
+	for now := start; now.Before(start.Add(4 * lease)); now = serverTime(t, obs) {
+		if r, _ := attempt(t, fleet[refused%2].srv.URL, &g); r == nil {
+			t.Fatalf("a competing request ran %v after the long one started (server time; lease %v)", now.Sub(start), lease)
+		} else {
+			refusals(t, []response{*r}, 429)
+		}
+		refused++
+		time.Sleep(50 * time.Millisecond) // polling Redis time
+	}
+	zs, err := obs.ZRangeWithScores(context.Background(), leaseKey(t, a.store, loopbackLease), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(zs) != 1 || zs[0].Member != first[0].Member || time.UnixMicro(int64(zs[0].Score)).Before(start.Add(4*lease)) {
+		t.Fatalf("after 4 lease times, the set holds %v; want the long request's lease %v, renewed past %v", zs, first[0].Member, start.Add(4*lease))
+	}
+	notDegraded(t, nil, a, b)
+	open.let()
+	finish(t, long, 1)
+	if z := zcard(t, obs, a.store, loopbackLease); z != 0 {
+		t.Fatalf("ZCARD %d after the long request returned, want 0", z)
+	}
+	t.Logf("the long request held its slot for %v (lease %v): %d competing requests refused", serverTime(t, obs).Sub(start), lease, refused)
+}
