@@ -23,10 +23,14 @@ type leases struct {
 	prefix string        // this Limiter's part of each lease ID
 	serial atomic.Uint64
 
-	mu    sync.Mutex
-	held  map[*store.Lease]struct{}
-	retry map[*store.Lease]int // failed releases, with the tries left
-	stop  chan struct{}        // closed to stop the renewing goroutine; nil: none runs
+	mu   sync.Mutex
+	held map[*store.Lease]struct{}
+	// perKey and perPolicy count the leases held by key and by policy
+	// name (held, and the keys holding them), for Stats.
+	perKey    map[leaseKey]int
+	perPolicy map[string]leaseCount
+	retry     map[*store.Lease]int // failed releases, with the tries left
+	stop      chan struct{}        // closed to stop the renewing goroutine; nil: none runs
 }
 
 // releaseTries bounds the calls to Release per lease: the first, when the
@@ -40,7 +44,45 @@ func newLeases(s store.InFlightStore, leaseTime time.Duration) *leases {
 	return &leases{
 		store: s, every: max(leaseTime/3, 1), prefix: hex.EncodeToString(b[:]) + "-",
 		held: map[*store.Lease]struct{}{}, retry: map[*store.Lease]int{},
+		perKey: map[leaseKey]int{}, perPolicy: map[string]leaseCount{},
 	}
+}
+
+// leaseKey is a key under a policy, as a lease names them.
+type leaseKey struct{ policy, key string }
+
+// leaseCount is how many leases of a policy are held, by how many keys.
+type leaseCount struct{ held, keys int }
+
+// countLocked counts l as held (d = 1) or no longer held (d = -1).
+func (ls *leases) countLocked(l *store.Lease, d int) {
+	k := leaseKey{l.Policy, l.Key}
+	n := ls.perKey[k] + d
+	c := ls.perPolicy[l.Policy]
+	c.held += d
+	switch {
+	case n == 0:
+		delete(ls.perKey, k)
+		c.keys--
+	case n == 1 && d == 1:
+		ls.perKey[k] = n
+		c.keys++
+	default:
+		ls.perKey[k] = n
+	}
+	if c.held == 0 {
+		delete(ls.perPolicy, l.Policy)
+	} else {
+		ls.perPolicy[l.Policy] = c
+	}
+}
+
+// count returns the leases of policy held, and the keys holding them.
+func (ls *leases) count(policy string) (held, keys int) {
+	ls.mu.Lock()
+	c := ls.perPolicy[policy]
+	ls.mu.Unlock()
+	return c.held, c.keys
 }
 
 // newLease returns the lease of a new slot of key under the policy: its ID
@@ -53,6 +95,7 @@ func (ls *leases) newLease(policy, key string) *store.Lease {
 func (ls *leases) hold(l *store.Lease) {
 	ls.mu.Lock()
 	ls.held[l] = struct{}{}
+	ls.countLocked(l, 1)
 	ls.startLocked()
 	ls.mu.Unlock()
 }
@@ -60,7 +103,10 @@ func (ls *leases) hold(l *store.Lease) {
 // drop stops renewing l.
 func (ls *leases) drop(l *store.Lease) {
 	ls.mu.Lock()
-	delete(ls.held, l)
+	if _, ok := ls.held[l]; ok {
+		delete(ls.held, l)
+		ls.countLocked(l, -1)
+	}
 	ls.stopIfIdleLocked()
 	ls.mu.Unlock()
 }

@@ -142,8 +142,38 @@ func TestFleetInFlightSharedByInstances(t *testing.T) {
 				require.Equal(t, 1, n, "lease %s released %d times", id, n)
 			}
 		})
-		require.Equal(t, 0, a.Stats().Policies[0].InFlight, "the fleet's slots are not in memory")
+		require.Equal(t, 0, a.Stats().Policies[0].InFlight, "every lease released")
 	}) // the renewing goroutines exit once nothing is held: synctest.Test waits for them
+}
+
+// TestFleetInFlightStatsCountLeases: the slots a Limiter holds as leases in
+// a fleet store are its Stats' InFlight and InFlightKeys (and so the
+// collectors' addrlimit_in_flight), per policy, until released.
+func TestFleetInFlightStatsCountLeases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := newFakeLeases(leaseTime)
+		lim := mustNew(t, 300, time.Minute, addrlimit.WithInFlight(2), addrlimit.WithStore(fs))
+		inFlight := func() (int, int) {
+			p := lim.Stats().Policies[0]
+			return p.InFlight, p.InFlightKeys
+		}
+		var ds []addrlimit.Decision
+		for _, remote := range []string{"192.0.2.1:1", "192.0.2.1:2", "192.0.2.2:1"} {
+			d := lim.Allow(req(remote))
+			require.True(t, d.HoldsSlot(), remote)
+			ds = append(ds, d)
+		}
+		held, keys := inFlight()
+		require.Equal(t, [2]int{3, 2}, [2]int{held, keys}, "3 leases of 2 keys held")
+		lim.Release(t.Context(), ds[0])
+		lim.Release(t.Context(), ds[0])
+		held, keys = inFlight()
+		require.Equal(t, [2]int{2, 2}, [2]int{held, keys}, "one released (twice)")
+		lim.Release(t.Context(), ds[1])
+		lim.Release(t.Context(), ds[2])
+		held, keys = inFlight()
+		require.Equal(t, [2]int{0, 0}, [2]int{held, keys}, "all released")
+	})
 }
 
 // TestFleetInFlightRenewsInOneCall: three held leases are renewed together,

@@ -17,7 +17,7 @@ type Stats struct {
 
 // PolicyStats are the counters of one policy; its in-flight slots (held now,
 // by how many keys, requests waiting, refusals also in Limited) are this
-// process's.
+// process's: in memory, and the leases it holds in a fleet store.
 type PolicyStats struct {
 	Name                                    string
 	Allowed, Limited                        uint64
@@ -61,6 +61,12 @@ func (l *Limiter) Stats() Stats {
 		}
 		if ps.slots != nil {
 			p.InFlight, p.InFlightKeys = ps.slots.count()
+			if f, ok := l.store.(*failover); ok && f.leases != nil {
+				// The fleet store's slots this process holds (a key that
+				// holds FailLocal's slots too counts in both).
+				held, keys := f.leases.count(ps.Name)
+				p.InFlight, p.InFlightKeys = p.InFlight+held, p.InFlightKeys+keys
+			}
 			p.InFlightWaiting = int(ps.slots.waiters.Load())
 		}
 		for i, lim := range ps.Limits {

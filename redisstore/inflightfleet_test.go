@@ -232,6 +232,14 @@ func overN(t *testing.T, obs redis.UniversalClient, fleet []*fleetServer, g *gau
 			n+k, len(fleet), n, e, m, len(early), n, k)
 	}
 	refusals(t, early, 429)
+	var held, keys int
+	for _, in := range ins {
+		st := in.lim.Stats().Policies[0]
+		held, keys = held+st.InFlight, keys+st.InFlightKeys
+	}
+	if held != n || keys < 1 {
+		t.Fatalf("Stats: %d slots held by %d keys over the fleet's instances while %d handlers run, want %d slots", held, keys, n, n)
+	}
 	if z := zcard(t, obs, fleet[0].store, loopbackLease); z != int64(n) {
 		t.Fatalf("ZCARD %d while %d handlers run, want %d", z, n, n)
 	}
