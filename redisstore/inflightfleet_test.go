@@ -253,7 +253,8 @@ func overN(t *testing.T, obs redis.UniversalClient, fleet []*fleetServer, g *gau
 
 // Two instances (two clients, one Redis), WithInFlight(3) beside a rate
 // limit: 40 requests of one client at once, 20 per server, run exactly 3
-// handlers fleet-wide; 37 get 429 with Retry-After: 1; no slot is left.
+// handlers fleet-wide (counted in Stats while they run); 37 get 429 with
+// Retry-After: 1 and are charged nothing; no slot is left.
 func TestInFlightFleetTwoInstancesShareN(t *testing.T) {
 	needRedis(t)
 	const n, k = 3, 37
@@ -265,6 +266,12 @@ func TestInFlightFleetTwoInstancesShareN(t *testing.T) {
 	h := blockHandler(open.c, func(*http.Request) []*gauge { return []*gauge{&g} })
 	fleet := serveFleet(t, h, open, a, b)
 	overN(t, shared.client(t), fleet, &g, open, n, k)
+	// A refused request is charged nothing: the rate bucket (1000 per hour,
+	// a token every 3.6 s) paid for the 3 that ran only.
+	d, err := a.lim.Peek(context.Background(), "", loopbackLease.Key)
+	if err != nil || d.Remaining < 1000-n || d.Remaining > 1000-n+1 {
+		t.Fatalf("Peek after the requests: %d remaining, %v; want %d (one more if a token refilled)", d.Remaining, err, 1000-n)
+	}
 	if got := a.lim.Stats().Policies[0].InFlightLimited + b.lim.Stats().Policies[0].InFlightLimited; got != k {
 		t.Fatalf("InFlightLimited %d over both instances, want %d", got, k)
 	}
