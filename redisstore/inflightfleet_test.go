@@ -583,3 +583,49 @@ func TestInFlightFleetLongRequestRenewed(t *testing.T) {
 	}
 	t.Logf("the long request held its slot for %v (lease %v): %d competing requests refused", serverTime(t, obs).Sub(start), lease, refused)
 }
+
+// Redis unreachable when the handlers return (a proxy in front of it cuts
+// every connection): the Limiter's releases fail, and it retries them at
+// its next renewal tick once Redis is reachable again, so the 3 slots are
+// freed in Redis before their leases (10 s) would have lapsed: never
+// leaked for longer than the lease, and freed sooner than it.
+func TestInFlightFleetReleaseSurvivesABlip(t *testing.T) {
+	needRedis(t)
+	const n = 3
+	p := newFlapProxy(t, shared.addr())
+	sopts := []redisstore.Option{redisstore.WithKeyPrefix(testPrefix(t)), redisstore.WithTimeout(200 * time.Millisecond), redisstore.WithBreaker(3, 20*time.Millisecond)}
+	a := newInstance(t, p.client(t), 1000, time.Hour, sopts, addrlimit.WithInFlight(n))
+	obs := shared.client(t)
+	var g gauge
+	open := newGate()
+	fleet := serveFleet(t, blockHandler(open.c, func(*http.Request) []*gauge { return []*gauge{&g} }), open, a)
+	got := sendAll(t, splitURLs(fleet, n), nil)
+	if early := settle(t, got, n, g.entered.Load); len(early) != 0 {
+		t.Fatalf("%d of the first %d requests refused", len(early), n)
+	}
+	notDegraded(t, nil, a)
+	p.setDown(true)
+	open.let()
+	finish(t, got, n)
+	if se := a.lim.Stats().StoreErrors; se < n {
+		t.Fatalf("%d store errors after %d releases with Redis unreachable, want at least %d", se, n, n)
+	}
+	zs, err := obs.ZRangeWithScores(context.Background(), leaseKey(t, a.store, loopbackLease), 0, -1).Result()
+	if err != nil || len(zs) != n {
+		t.Fatalf("after the failed releases the set holds %v, %v; want the %d leases", zs, err, n)
+	}
+	lapse := time.UnixMicro(int64(zs[0].Score)) // the earliest expiry
+	p.setDown(false)
+	back := serverTime(t, obs)
+	for deadline := time.Now().Add(30 * time.Second); zcard(t, obs, a.store, loopbackLease) != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("ZCARD %d 30 s after Redis was reachable again", zcard(t, obs, a.store, loopbackLease))
+		}
+		time.Sleep(20 * time.Millisecond) // polling Redis for a state
+	}
+	freed := serverTime(t, obs)
+	if !freed.Before(lapse) {
+		t.Fatalf("the slots were freed at server time %v, not before their leases lapsed at %v: the releases were not retried", freed, lapse)
+	}
+	t.Logf("failed releases retried: slots freed %v after Redis was reachable again, %v before their leases would have lapsed (lease %v)", freed.Sub(back), lapse.Sub(freed), a.store.LeaseTime())
+}
