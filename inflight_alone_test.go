@@ -1,19 +1,18 @@
 package addrlimit_test
 
 import (
-	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/addrlimit/addrlimit"
-	"github.com/addrlimit/addrlimit/store"
 )
 
 // exportAlone is a policy with an in-flight limit and no rate limit.
@@ -42,29 +41,6 @@ func requireNoQuotaFields(t testing.TB, h http.Header) {
 	}
 }
 
-// countingStore is a Store that counts every call and answers allowed.
-type countingStore struct{ calls atomic.Int64 }
-
-func (s *countingStore) Take(ctx context.Context, key string, p addrlimit.Policy, n int) (store.Result, error) {
-	s.calls.Add(1)
-	return p.Result(true, n, [store.MaxLimits]time.Duration{}), nil
-}
-
-func (s *countingStore) Refund(ctx context.Context, key string, p addrlimit.Policy, n int) (store.Result, error) {
-	s.calls.Add(1)
-	return p.Result(true, 1, [store.MaxLimits]time.Duration{}), nil
-}
-
-func (s *countingStore) Peek(ctx context.Context, key string, p addrlimit.Policy) (store.Result, error) {
-	s.calls.Add(1)
-	return p.Result(true, 1, [store.MaxLimits]time.Duration{}), nil
-}
-
-func (s *countingStore) Reset(ctx context.Context, key string, p addrlimit.Policy) error {
-	s.calls.Add(1)
-	return nil
-}
-
 // TestInFlightAloneHTTP: /export under a policy of 2 in flight per client
 // and no rate limit: two requests run, the third is refused with 429,
 // Retry-After: 1 and no quota field; an exempt request holds no slot;
@@ -73,7 +49,7 @@ func (s *countingStore) Reset(ctx context.Context, key string, p addrlimit.Polic
 func TestInFlightAloneHTTP(t *testing.T) {
 	for _, style := range []addrlimit.HeaderStyle{addrlimit.HeaderDraft, addrlimit.HeaderXRateLimit} {
 		t.Run(style.String(), func(t *testing.T) {
-			st := &countingStore{}
+			st := newFailingStore()
 			tok := mustToken(t, secret)
 			lim := mustNew(t, 300, time.Minute, addrlimit.WithPolicy(exportAlone),
 				addrlimit.WithPolicySelector(exportSelector), addrlimit.WithHeaders(style),
@@ -249,4 +225,37 @@ func TestInFlightAloneValidates(t *testing.T) {
 	err = lim.SetPolicies(addrlimit.Policy{Name: "default", InFlight: 2})
 	requirePackageError(t, err, `the default policy "default" needs a rate limit`)
 	require.Equal(t, 300, lim.Policies()[0].Limits[0].Burst, "nothing changed")
+}
+
+// TestInFlightAloneFailurePolicies: when a fleet store fails to take a
+// slot of a policy without rate limits, the failure policy decides as for
+// any in-flight limit: FailLocal limits with the local table (429, the
+// third refused), FailOpen lets every request run holding nothing,
+// FailClosed refuses with 503. No rate call reaches the store.
+func TestInFlightAloneFailurePolicies(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, tc := range inFlightFailureCases {
+			fs := newFakeLeases(leaseTime)
+			fs.set(func(s *fakeLeases) { s.acquireErr = errors.New("redis: connection pool timeout") })
+			lim := mustNew(t, 300, time.Minute, addrlimit.WithPolicy(exportAlone), addrlimit.WithStore(fs), addrlimit.WithStoreFailure(tc.policy))
+			var got []int
+			var ds []addrlimit.Decision
+			for range 3 {
+				d := lim.AllowKey(t.Context(), "export", "192.0.2.1", 1)
+				w := httptest.NewRecorder()
+				lim.Respond(w, exportReq("192.0.2.1:1"), d)
+				requireNoQuotaFields(t, w.Header())
+				got = append(got, w.Code)
+				ds = append(ds, d)
+			}
+			require.Equal(t, tc.codes, got, tc.policy.String())
+			require.Equal(t, tc.holding, inFlightHeld(lim, "export"), tc.policy.String())
+			for _, d := range ds {
+				require.True(t, d.Degraded, tc.policy.String())
+				lim.Release(t.Context(), d)
+			}
+			require.Equal(t, 0, inFlightHeld(lim, "export"))
+			require.Equal(t, int64(0), fs.calls.Load(), "%v: rate calls to the store", tc.policy)
+		}
+	})
 }
