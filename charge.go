@@ -234,8 +234,11 @@ func (l *Limiter) refuseCost(ps *policyState, n int, err error, d *Decision) {
 }
 
 // refundCharge gives back the tokens of an allowed decision d to the bucket
-// that paid them.
+// that paid them; a policy without rate limits has none (maxCost 0).
 func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, k bucketKey, d *Decision) {
+	if ps.maxCost == 0 {
+		return
+	}
 	_, ok, err := l.store.refund(ctx, ps.lane, k, d.Cost, d.Degraded)
 	if err != nil {
 		l.storeErrors.Add(1)

@@ -259,3 +259,19 @@ func TestInFlightAloneFailurePolicies(t *testing.T) {
 		}
 	})
 }
+
+// TestInFlightAloneWithRefund: WithRefund has nothing to give back to a
+// policy without rate limits: its responses are served (no panic after the
+// handler), and Refunded stays 0.
+func TestInFlightAloneWithRefund(t *testing.T) {
+	lim := mustNew(t, 300, time.Minute, addrlimit.WithPolicy(exportAlone), addrlimit.WithPolicySelector(exportSelector),
+		addrlimit.WithRefund(func(status int) bool { return status >= 500 }))
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadGateway) }))
+	for range 3 {
+		require.Equal(t, http.StatusBadGateway, serve(h, exportReq("192.0.2.1:1")).Code)
+	}
+	require.Equal(t, uint64(0), lim.Stats().Refunded)
+	require.Equal(t, 0, inFlightHeld(lim, "export"))
+	require.Equal(t, http.StatusBadGateway, serve(h, req("192.0.2.1:1")).Code)
+	require.Equal(t, uint64(1), lim.Stats().Refunded, "the default policy's token is given back")
+}
