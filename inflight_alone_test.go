@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -274,4 +276,59 @@ func TestInFlightAloneWithRefund(t *testing.T) {
 	require.Equal(t, 0, inFlightHeld(lim, "export"))
 	require.Equal(t, http.StatusBadGateway, serve(h, req("192.0.2.1:1")).Code)
 	require.Equal(t, uint64(1), lim.Stats().Refunded, "the default policy's token is given back")
+}
+
+// TestInFlightAloneSetPoliciesUnderTraffic: while 8 goroutines take and
+// release slots of "export", SetPolicies switches it 200 times between
+// rate and in-flight limits and an in-flight limit alone: nothing panics,
+// no decision holds more than the limit's slots of the key (2 under
+// either), and none is held at the end.
+func TestInFlightAloneSetPoliciesUnderTraffic(t *testing.T) {
+	lim := mustNew(t, 300, time.Minute, addrlimit.WithPolicy(exportAlone))
+	def := lim.Policies()[0]
+	rated := addrlimit.Policy{Name: "export", Limits: []addrlimit.Limit{{Burst: 1000, Interval: time.Millisecond}}, InFlight: 2}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	holding, most := 0, 0
+	var decisions atomic.Uint64
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				d := lim.AllowKey(t.Context(), "export", "k", 1)
+				decisions.Add(1)
+				if d.HoldsSlot() {
+					mu.Lock()
+					holding++
+					most = max(most, holding)
+					mu.Unlock()
+					runtime.Gosched()
+					mu.Lock()
+					holding--
+					mu.Unlock()
+				}
+				lim.Release(t.Context(), d)
+			}
+		})
+	}
+	for i := range 200 {
+		p := exportAlone
+		if i%2 == 0 {
+			p = rated
+		}
+		require.NoError(t, lim.SetPolicies(def, p))
+	}
+	close(stop)
+	wg.Wait()
+	st := lim.Stats().Policies[1]
+	t.Logf("%d allowed, %d refused by the in-flight limit, at most %d held at once", st.Allowed, st.InFlightLimited, most)
+	require.LessOrEqual(t, most, 2)
+	require.Equal(t, 0, inFlightHeld(lim, "export"))
+	require.LessOrEqual(t, st.Allowed+st.Limited, decisions.Load(), "Stats counts no decision that was not made (nor below zero)")
+	require.LessOrEqual(t, st.InFlightLimited, st.Limited)
 }

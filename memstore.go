@@ -220,17 +220,29 @@ func newLane(p Policy, t *bucket.Table) *lane {
 // caller links prev to it (prev.next) once the Limiter's side is ready.
 func (m *memStore) successor(prev *lane, p Policy, from []int) *lane {
 	var t *bucket.Table
-	if prev.table == nil || len(p.Limits) == 0 {
+	fresh := prev.table == nil || len(p.Limits) == 0
+	if fresh {
 		t = m.newTable(p)
 	} else {
 		bps := bucketPolicies(p)
 		t = prev.table.Successor(from, bps[0], bps[1:]...)
 	}
 	ln := newLane(p, t)
-	ln.allowed.Store(prev.allowed.Load())
-	ln.limited.Store(prev.limited.Load())
+	// Each count is read after those that a decision increments after it
+	// (hold: inFlightOverAllowed, then inFlightLimited; an allowed
+	// decision is counted before either), so that the copies stay
+	// consistent while calls run: InFlightLimited never exceeds Limited,
+	// nor inFlightOverAllowed Allowed.
 	ln.inFlightLimited.Store(prev.inFlightLimited.Load())
 	ln.inFlightOverAllowed.Store(prev.inFlightOverAllowed.Load())
+	ln.allowed.Store(prev.allowed.Load())
+	ln.limited.Store(prev.limited.Load())
+	if fresh && prev.table != nil {
+		// p has no rate limit: prev's table goes, its counts stay.
+		ts := prev.table.Stats()
+		ln.allowed.Add(ts.Allowed)
+		ln.limited.Add(ts.Limited)
+	}
 	// The slots held go on: the new limit applies to the next acquire.
 	switch {
 	case p.InFlight > 0 && prev.slots != nil:
