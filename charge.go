@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"time"
+
+	"github.com/addrlimit/addrlimit/store"
 )
 
 // decide is the one path of every call (Handler, Allow, Decide, AllowKey):
@@ -166,7 +168,11 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 	if n < 1 {
 		n, err = 1, errors.Join(err, ErrInvalidCost)
 	}
-	if n > ps.maxCost {
+	if n > ps.maxCost { // always, for a policy without rate limits (maxCost 0)
+		if len(ps.Limits) == 0 {
+			l.chargeSlot(ctx, ps, k, n, err, d, s)
+			return ps
+		}
 		l.refuseCost(ps, n, err, d)
 		return ps
 	}
@@ -195,6 +201,23 @@ func (l *Limiter) charge(ctx context.Context, ps *policyState, k bucketKey, n in
 	return ps
 }
 
+// chargeSlot is charge for a policy with an in-flight limit and no rate
+// limit: no bucket and no Store call. The request is allowed if it gets a
+// slot (hold) or needs none (s nil), with no quota (no Limit, no quota
+// field; QuotaUnknown stays for a failed store). A cost means nothing to
+// it: it is recorded, never refused.
+func (l *Limiter) chargeSlot(ctx context.Context, ps *policyState, k bucketKey, n int, err error, d *Decision, s *slot) {
+	if err != nil {
+		l.keyErrors.Add(1)
+	}
+	ps.allowed.Add(1)
+	d.record(ps, &answer{Result: store.Result{Allowed: true}})
+	d.Cost, d.Err = n, err
+	if s != nil {
+		l.hold(ctx, ps, k, s, d)
+	}
+}
+
 // refuseCost refuses a cost that some limit of ps can never pay, by the
 // policy alone: no Store call, nothing charged, so a flood of such requests
 // costs the store nothing. No bucket was asked, so the decision reports an
@@ -211,8 +234,11 @@ func (l *Limiter) refuseCost(ps *policyState, n int, err error, d *Decision) {
 }
 
 // refundCharge gives back the tokens of an allowed decision d to the bucket
-// that paid them.
+// that paid them; a policy without rate limits has none (maxCost 0).
 func (l *Limiter) refundCharge(ctx context.Context, ps *policyState, k bucketKey, d *Decision) {
+	if ps.maxCost == 0 {
+		return
+	}
 	_, ok, err := l.store.refund(ctx, ps.lane, k, d.Cost, d.Degraded)
 	if err != nil {
 		l.storeErrors.Add(1)

@@ -61,9 +61,9 @@ type Decision struct {
 
 // Limit returns the tightest limit: the one that denied (of several, the
 // longest wait), else the one with the fewest tokens; zero when the quota is
-// unknown or a Limiter did not make d.
+// unknown, the policy has no rate limit, or a Limiter did not make d.
 func (d Decision) Limit() Limit {
-	if d.ps == nil || d.QuotaUnknown {
+	if d.ps == nil || d.QuotaUnknown || len(d.ps.Limits) == 0 {
 		return Limit{}
 	}
 	return d.ps.Limits[d.tight]

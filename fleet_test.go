@@ -259,21 +259,26 @@ func TestFleetInFlightReleaseRetried(t *testing.T) {
 	}
 }
 
+// inFlightFailureCases are what each failure policy makes of three
+// requests of one client, under an in-flight limit of 2, when the fleet
+// store fails to take a slot: the statuses, and the slots then held.
+var inFlightFailureCases = []struct {
+	policy  addrlimit.FailurePolicy
+	codes   []int
+	holding int
+}{
+	{addrlimit.FailLocal, []int{200, 200, 429}, 2},
+	{addrlimit.FailOpen, []int{200, 200, 200}, 0},
+	{addrlimit.FailClosed, []int{503, 503, 503}, 0},
+}
+
 // TestFleetInFlightFailurePolicies: when Acquire fails, FailLocal limits
 // with a local table of the same size, FailOpen lets the request run
 // holding nothing, FailClosed refuses it (503); each refusal gives the
 // rate tokens back.
 func TestFleetInFlightFailurePolicies(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		for _, tc := range []struct {
-			policy  addrlimit.FailurePolicy
-			codes   []int
-			holding int
-		}{
-			{addrlimit.FailLocal, []int{200, 200, 429}, 2},
-			{addrlimit.FailOpen, []int{200, 200, 200}, 0},
-			{addrlimit.FailClosed, []int{503, 503, 503}, 0},
-		} {
+		for _, tc := range inFlightFailureCases {
 			fs := newFakeLeases(leaseTime)
 			fs.set(func(s *fakeLeases) { s.acquireErr = errors.New("redis: connection pool timeout") })
 			lim := mustNew(t, 300, time.Minute, addrlimit.WithInFlight(2), addrlimit.WithStore(fs), addrlimit.WithStoreFailure(tc.policy))

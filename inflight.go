@@ -69,9 +69,11 @@ func (l *Limiter) hold(ctx context.Context, ps *policyState, k bucketKey, s *slo
 	if a.ok {
 		return
 	}
-	ps.inFlightLimited.Add(1)
 	if d.Outcome == Allowed {
-		ps.inFlightOverAllowed.Add(1)
+		ps.inFlightOverAllowed.Add(1) // before inFlightLimited: see successor
+	}
+	ps.inFlightLimited.Add(1)
+	if d.Outcome == Allowed && len(ps.Limits) > 0 { // else no bucket was charged
 		res, ok, err := l.store.refund(ctx, ps.lane, k, d.Cost, rateDegraded) // detached by the seam
 		if err != nil {
 			l.storeErrors.Add(1)

@@ -199,6 +199,9 @@ func (l *Limiter) SetPolicies(policies ...Policy) error {
 			return err
 		}
 	}
+	if len(policies[0].Limits) == 0 {
+		return fmt.Errorf("addrlimit: the default policy %q needs a rate limit", policies[0].Name)
+	}
 	full := make([]Policy, len(policies))
 	for i, p := range policies {
 		full[i] = named(p)
@@ -213,7 +216,9 @@ func (l *Limiter) SetPolicies(policies ...Policy) error {
 	l.pols.Store(set)
 	now := l.mem.now()
 	for _, ps := range set.list {
-		ps.table.Settle(now)
+		if ps.table != nil {
+			ps.table.Settle(now)
+		}
 	}
 	for _, ps := range old.list {
 		if set.byName[ps.Name] != ps {
@@ -503,6 +508,9 @@ func (l *Limiter) keyedPolicy(policy, key string) (*policyState, string, error) 
 	}
 	if key == "" {
 		return nil, "", ErrEmptyKey
+	}
+	if ps.table == nil {
+		return nil, "", fmt.Errorf("addrlimit: policy %q has no rate limit: no buckets", ps.Name)
 	}
 	if k := l.namedKey(key); k != key {
 		if k == "" {

@@ -158,8 +158,7 @@ func (m *memStore) lane(p Policy) *lane {
 	id := policyID(p)
 	ps := m.lanes[id]
 	if ps == nil {
-		bps := bucketPolicies(p)
-		ps = newLane(p, bucket.NewTable(bps[0], m.maxKeys, bps[1:]...))
+		ps = newLane(p, m.newTable(p))
 		if p.InFlight > 0 {
 			ps.slots = newSlotTable(p.InFlight, m.maxKeys)
 		}
@@ -181,9 +180,28 @@ func bucketPolicies(p Policy) []bucket.Policy {
 	return bps
 }
 
-// newLane is the lane of policy p with table t.
+// newTable is an empty table of p's buckets; nil if p has no rate limit.
+func (m *memStore) newTable(p Policy) *bucket.Table {
+	if len(p.Limits) == 0 {
+		return nil
+	}
+	bps := bucketPolicies(p)
+	return bucket.NewTable(bps[0], m.maxKeys, bps[1:]...)
+}
+
+// newLane is the lane of policy p with table t. A policy without rate
+// limits (an in-flight limit alone) has no table, a maxCost of 0, so that
+// charge's test of the cost sends each of its calls off the rate path
+// (chargeSlot) without a test of its own, and one zero limit in lims, so
+// that the header state's read of lims[tight] needs none either (its
+// header Writer sets no quota field: none reads it).
 func newLane(p Policy, t *bucket.Table) *lane {
-	ln := &lane{Policy: named(p), maxCost: p.Limits[0].Burst, table: t}
+	ln := &lane{Policy: named(p), table: t}
+	if len(p.Limits) == 0 {
+		ln.lims = []limits.Limit{{}}
+		return ln
+	}
+	ln.maxCost = p.Limits[0].Burst
 	for _, lim := range p.Limits {
 		l := limits.Limit{Burst: lim.Burst, Interval: lim.Interval}
 		ln.lims = append(ln.lims, l)
@@ -196,15 +214,35 @@ func newLane(p Policy, t *bucket.Table) *lane {
 // successor returns the lane of policy p, whose table takes over prev's
 // buckets, limit j those of prev's limit from[j] (see
 // bucket.Table.Successor), in place of prev among the lanes; its in-flight
-// slots are prev's, under p's limit. The caller
-// links prev to it (prev.next) once the Limiter's side is ready.
+// slots are prev's, under p's limit. Without rate limits on either side,
+// there are no buckets to take over: p's table is new (nil if p has no
+// rate limit), and a stale call on prev's table is answered there. The
+// caller links prev to it (prev.next) once the Limiter's side is ready.
 func (m *memStore) successor(prev *lane, p Policy, from []int) *lane {
-	bps := bucketPolicies(p)
-	ln := newLane(p, prev.table.Successor(from, bps[0], bps[1:]...))
-	ln.allowed.Store(prev.allowed.Load())
-	ln.limited.Store(prev.limited.Load())
+	var t *bucket.Table
+	fresh := prev.table == nil || len(p.Limits) == 0
+	if fresh {
+		t = m.newTable(p)
+	} else {
+		bps := bucketPolicies(p)
+		t = prev.table.Successor(from, bps[0], bps[1:]...)
+	}
+	ln := newLane(p, t)
+	// Each count is read after those that a decision increments after it
+	// (hold: inFlightOverAllowed, then inFlightLimited; an allowed
+	// decision is counted before either), so that the copies stay
+	// consistent while calls run: InFlightLimited never exceeds Limited,
+	// nor inFlightOverAllowed Allowed.
 	ln.inFlightLimited.Store(prev.inFlightLimited.Load())
 	ln.inFlightOverAllowed.Store(prev.inFlightOverAllowed.Load())
+	ln.allowed.Store(prev.allowed.Load())
+	ln.limited.Store(prev.limited.Load())
+	if fresh && prev.table != nil {
+		// p has no rate limit: prev's table goes, its counts stay.
+		ts := prev.table.Stats()
+		ln.allowed.Add(ts.Allowed)
+		ln.limited.Add(ts.Limited)
+	}
 	// The slots held go on: the new limit applies to the next acquire.
 	switch {
 	case p.InFlight > 0 && prev.slots != nil:

@@ -147,7 +147,7 @@ func TestSetPoliciesRefusesInvalid(t *testing.T) {
 	}{
 		{"none", nil, "needs at least the default policy"},
 		{"zero burst", []addrlimit.Policy{ok, {Name: "api", Limits: []addrlimit.Limit{{Burst: 0, Interval: time.Second}}}}, `policy "api": burst must be at least 1, got 0`},
-		{"no limit", []addrlimit.Policy{{Name: "default"}}, `policy "default": has 0 limits`},
+		{"no limit", []addrlimit.Policy{{Name: "default"}}, `policy "default": has no limit`},
 		{"bad name", []addrlimit.Policy{ok, {Name: "a b", Limits: ok.Limits}}, `"a b"`},
 		{"duplicate", []addrlimit.Policy{ok, {Name: "default", Limits: ok.Limits}}, `two policies are named "default"`},
 	} {

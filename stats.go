@@ -1,5 +1,7 @@
 package addrlimit
 
+import "github.com/addrlimit/addrlimit/internal/bucket"
+
 // Stats is a snapshot of a Limiter's counters since New.
 type Stats struct {
 	Allowed, Limited, Exempt, Refunded uint64 // Limited: dry runs too
@@ -50,7 +52,10 @@ func (l *Limiter) Stats() Stats {
 		// Loaded before the table's: each of these was counted allowed
 		// first, so Allowed never goes below zero.
 		over, inFlightLimited := ps.inFlightOverAllowed.Load(), ps.inFlightLimited.Load()
-		t := ps.table.Stats()
+		var t bucket.TableStats // none without rate limits
+		if ps.table != nil {
+			t = ps.table.Stats()
+		}
 		p := PolicyStats{
 			Name:            ps.Name,
 			Allowed:         t.Allowed + ps.allowed.Load() - over,

@@ -77,6 +77,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -324,8 +325,8 @@ func New(lim *addrlimit.Limiter, opts ...Option) (*Interceptor, error) {
 	policies := lim.Policies()
 	bursts := make(map[string]int, len(policies))
 	for n, p := range policies {
-		burst := p.Limits[0].Burst
-		for _, l := range p.Limits[1:] {
+		burst := math.MaxInt // no rate limit (an in-flight limit alone): any cost
+		for _, l := range p.Limits {
 			burst = min(burst, l.Burst) // the largest cost every limit can pay
 		}
 		bursts[p.Name] = burst

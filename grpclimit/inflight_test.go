@@ -110,3 +110,49 @@ func TestStreamHoldsItsSlotForItsLife(t *testing.T) {
 		t.Fatalf("%d slots held after the stream", got)
 	}
 }
+
+// A method under a policy with an in-flight limit and no rate limit: New
+// takes it (with a method cost, which means nothing to it), a call holds
+// its slot for the call, a second one of the client is refused
+// (ResourceExhausted, "too many calls in flight", 1 s pushback), and no
+// call gets quota metadata.
+func TestUnaryUnderAnInFlightLimitAlone(t *testing.T) {
+	lim, err := addrlimit.New(100, time.Minute, addrlimit.WithPolicy(addrlimit.Policy{Name: "export", InFlight: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, err := grpclimit.New(lim, grpclimit.WithMethodPolicy("/svc/Export", "export"),
+		grpclimit.WithMethodCost("/svc/Export", 1000), grpclimit.WithQuotaMetadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}})
+	info := &grpc.UnaryServerInfo{FullMethod: "/svc/Export"}
+	outer, inner := &trailerStream{}, &trailerStream{}
+	var nested error
+	var held int
+	_, err = gl.Unary()(grpcContextWithStream(ctx, outer), nil, info, func(context.Context, any) (any, error) {
+		held = lim.Stats().Policies[1].InFlight
+		_, nested = gl.Unary()(grpcContextWithStream(ctx, inner), nil, info, func(context.Context, any) (any, error) { return nil, nil })
+		return nil, nil
+	})
+	if err != nil || held != 1 {
+		t.Fatalf("call: %v, %d slots held during it; want nil, 1", err, held)
+	}
+	if status.Code(nested) != codes.ResourceExhausted || status.Convert(nested).Message() != "too many calls in flight" {
+		t.Fatalf("nested call: %v, want ResourceExhausted, too many calls in flight", nested)
+	}
+	if got := first(inner.trailer[grpclimit.PushbackTrailer]); got != "1000" {
+		t.Errorf("pushback %q, want 1000", got)
+	}
+	for _, s := range []*trailerStream{outer, inner} {
+		for name := range metadata.Join(s.header, s.trailer) {
+			if name != grpclimit.PushbackTrailer {
+				t.Errorf("metadata %q sent by a policy without rate limits", name)
+			}
+		}
+	}
+	if got := lim.Stats().Policies[1].InFlight; got != 0 {
+		t.Fatalf("%d slots held after the call", got)
+	}
+}

@@ -2,6 +2,7 @@ package otelcollector_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,28 +16,29 @@ import (
 
 // TestInFlightThroughPrometheusExporter: the in-flight instruments give,
 // through OpenTelemetry's Prometheus exporter, the series promcollector's
-// TestCollectorInFlight expects for the same traffic.
+// TestCollectorInFlight expects for the same traffic, beside a rate limit
+// or alone (no limit series then: only the default policy's one).
 func TestInFlightThroughPrometheusExporter(t *testing.T) {
-	lim, err := addrlimit.New(300, time.Minute, addrlimit.WithPolicy(addrlimit.Policy{
-		Name: "export", Limits: []addrlimit.Limit{{Burst: 300, Interval: time.Minute / 300}}, InFlight: 2,
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		lim.AllowKey(context.Background(), "export", "client", 1)
-	}
-	reg := prometheus.NewPedanticRegistry()
-	exporter, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := otelcollector.New(lim, newProvider(t, exporter).Meter("test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Unregister()
-	want := `
+	for _, limits := range [][]addrlimit.Limit{{{Burst: 300, Interval: time.Minute / 300}}, nil} {
+		t.Run(fmt.Sprintf("%d-limits", len(limits)), func(t *testing.T) {
+			lim, err := addrlimit.New(300, time.Minute, addrlimit.WithPolicy(addrlimit.Policy{Name: "export", Limits: limits, InFlight: 2}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				lim.AllowKey(context.Background(), "export", "client", 1)
+			}
+			reg := prometheus.NewPedanticRegistry()
+			exporter, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := otelcollector.New(lim, newProvider(t, exporter).Meter("test"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Unregister()
+			want := `
 # HELP addrlimit_in_flight In-flight slots held in this process's memory, per policy with an in-flight limit.
 # TYPE addrlimit_in_flight gauge
 addrlimit_in_flight{policy="export"} 2
@@ -47,7 +49,13 @@ addrlimit_in_flight_limited_total{policy="export"} 1
 # TYPE addrlimit_in_flight_waiting gauge
 addrlimit_in_flight_waiting{policy="export"} 0
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "addrlimit_in_flight", "addrlimit_in_flight_limited_total", "addrlimit_in_flight_waiting"); err != nil {
-		t.Fatal(err)
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "addrlimit_in_flight", "addrlimit_in_flight_limited_total", "addrlimit_in_flight_waiting"); err != nil {
+				t.Fatal(err)
+			}
+			n, err := testutil.GatherAndCount(reg, "addrlimit_limit_denials_total")
+			if err != nil || n != 1+len(limits) {
+				t.Fatalf("%d limit_denials_total series (%v), want %d", n, err, 1+len(limits))
+			}
+		})
 	}
 }

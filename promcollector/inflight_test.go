@@ -43,3 +43,35 @@ func TestCollectorInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCollectorInFlightAlone: a policy with an in-flight limit and no rate
+// limit has the in-flight series and its requests, and no limit series.
+func TestCollectorInFlightAlone(t *testing.T) {
+	lim, err := addrlimit.New(300, time.Minute, addrlimit.WithPolicy(addrlimit.Policy{Name: "export", InFlight: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		r := httptest.NewRequest("GET", "/export", nil)
+		lim.AllowKey(r.Context(), "export", "client", 1) // two hold their slots, the third is refused
+	}
+	c := promcollector.New(lim, "")
+	if err := testutil.CollectAndCompare(c, strings.NewReader(inFlightSeries), "addrlimit_in_flight", "addrlimit_in_flight_limited_total", "addrlimit_in_flight_waiting"); err != nil {
+		t.Fatal(err)
+	}
+	const requests = `
+# HELP addrlimit_requests_total Requests decided by the rate limiter: allowed or limited (dry-run included) per policy, exempt with policy="".
+# TYPE addrlimit_requests_total counter
+addrlimit_requests_total{outcome="allowed",policy="default"} 0
+addrlimit_requests_total{outcome="allowed",policy="export"} 2
+addrlimit_requests_total{outcome="exempt",policy=""} 0
+addrlimit_requests_total{outcome="limited",policy="default"} 0
+addrlimit_requests_total{outcome="limited",policy="export"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(requests), "addrlimit_requests_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(c, "addrlimit_limit_denials_total"); n != 1 {
+		t.Fatalf("%d limit_denials_total series, want 1 (the default policy's one limit)", n)
+	}
+}

@@ -780,3 +780,53 @@ func TestInFlightBreaker(t *testing.T) {
 		t.Fatalf("after recovery: %d held, ok %v; want 1, true (a restarted Redis holds no lease)", held, ok)
 	}
 }
+
+// A policy with an in-flight limit and no rate limit on Redis: the store
+// accepts it (CheckPolicy), two instances share its 2 slots exactly, and
+// no decision touches a bucket: the only key under the prefix is the
+// policy's lease set. The store's Take refuses such a policy with an error.
+func TestInFlightAloneOnRedis(t *testing.T) {
+	needRedis(t)
+	ctx := context.Background()
+	prefix := testPrefix(t)
+	export := addrlimit.Policy{Name: "export", InFlight: 2}
+	var lims []*addrlimit.Limiter
+	var s *redisstore.Store
+	for range 2 {
+		s = newStore(t, shared.client(t), redisstore.WithKeyPrefix(prefix), redisstore.WithLeaseTime(time.Hour))
+		lim, err := addrlimit.New(300, time.Minute, addrlimit.WithStore(s), addrlimit.WithPolicy(export))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lims = append(lims, lim)
+	}
+	a := lims[0].AllowKey(ctx, "export", "198.51.100.7", 1)
+	b := lims[1].AllowKey(ctx, "export", "198.51.100.7", 1)
+	c := lims[0].AllowKey(ctx, "export", "198.51.100.7", 1)
+	if !a.HoldsSlot() || !b.HoldsSlot() || !c.Denied() || !c.InFlightLimited || c.Degraded {
+		t.Fatalf("decisions %+v, %+v, %+v: want two slots held, the third refused by the in-flight limit", a, b, c)
+	}
+	obs := shared.client(t)
+	keys, err := obs.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := store.Lease{Policy: "export", Key: "198.51.100.7"}
+	if want := leaseKey(t, s, lease); len(keys) != 1 || keys[0] != want {
+		t.Fatalf("Redis keys %q, want only the lease set %q", keys, want)
+	}
+	if got := zcard(t, obs, s, lease); got != 2 {
+		t.Fatalf("ZCARD %d, want 2", got)
+	}
+	lims[0].Release(ctx, a)
+	lims[1].Release(ctx, b)
+	if got := zcard(t, obs, s, lease); got != 0 {
+		t.Fatalf("ZCARD %d after both releases, want 0", got)
+	}
+	if err := s.CheckPolicy(export); err != nil {
+		t.Fatalf("CheckPolicy: %v", err)
+	}
+	if _, err := s.Take(ctx, "k", export, 1); err == nil || !strings.Contains(err.Error(), `policy "export": has no rate limit`) {
+		t.Fatalf("Take of a policy without rate limits: %v", err)
+	}
+}

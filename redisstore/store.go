@@ -336,7 +336,15 @@ func (s *Store) connect(ctx context.Context, c redis.UniversalClient, pipelines 
 // CheckPolicy implements store.PolicyChecker: it refuses a policy with
 // a limit whose burst × interval exceeds 2^50 µs (about 35.7 years), the
 // bound of the script's exact arithmetic, or that Policy.Validate refuses.
+// A policy with an in-flight limit and no rate limit has no buckets here,
+// only leases: it passes if Validate passes it (Take refuses it).
 func (s *Store) CheckPolicy(p addrlimit.Policy) error {
+	if len(p.Limits) == 0 {
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("redisstore: %w", err)
+		}
+		return nil
+	}
 	_, err := s.prepare(p)
 	return err
 }
@@ -641,7 +649,10 @@ func checkPolicy(p addrlimit.Policy) (*preparedPolicy, error) {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
 	}
-	if len(p.Limits) < 1 || len(p.Limits) > store.MaxLimits {
+	if len(p.Limits) == 0 {
+		return nil, fmt.Errorf("redisstore: policy %q: has no rate limit: no buckets", p.Name)
+	}
+	if len(p.Limits) > store.MaxLimits {
 		return nil, fmt.Errorf("redisstore: policy %q: has %d limits, not 1 to %d", p.Name, len(p.Limits), store.MaxLimits)
 	}
 	for i, lim := range p.Limits {

@@ -57,7 +57,9 @@ const MaxLimits = limits.Max
 // InFlight, above 0, also bounds how many of a key's requests may run at
 // once (addrlimit.WithInFlight sets it on the default policy): a request
 // must pass the rate limits and find a free slot, held until its handler
-// returns. It is not part of the buckets' identity.
+// returns. It is not part of the buckets' identity. A policy with InFlight
+// may have no rate limit: it has no buckets then, and a Limiter never
+// calls Take, Peek, Refund or Reset with it (a Store may refuse it there).
 type Policy struct {
 	Name     string
 	Limits   []Limit
@@ -69,7 +71,8 @@ const MaxInFlight = 1 << 20
 
 // Validate reports whether a Limiter accepts p: Name is 1 to 64 bytes of
 // A-Z a-z 0-9 . _ - (so that it needs no escaping in a header field, a
-// metric label or a store key); p has 1 to MaxLimits limits, each with a
+// metric label or a store key); p has 1 to MaxLimits limits (or none with
+// an InFlight above 0), each with a
 // Burst of at least 1, a positive Interval, and Burst × Interval within
 // the bucket arithmetic (a full refill of under about 73 years); InFlight
 // is 0 to MaxInFlight; the limits' names (given or derived, see Limit.Name) are distinct, and with
@@ -84,7 +87,10 @@ func (p Policy) Validate() error {
 	if p.InFlight < 0 || p.InFlight > MaxInFlight {
 		return fmt.Errorf("addrlimit: policy %q: in-flight limit must be 0 (none) to %d, got %d", p.Name, MaxInFlight, p.InFlight)
 	}
-	if len(p.Limits) < 1 || len(p.Limits) > MaxLimits {
+	if len(p.Limits) == 0 && p.InFlight == 0 {
+		return fmt.Errorf("addrlimit: policy %q: has no limit: give it 1 to %d rate limits, an in-flight limit (InFlight), or both", p.Name, MaxLimits)
+	}
+	if len(p.Limits) > MaxLimits {
 		return fmt.Errorf("addrlimit: policy %q: has %d limits, not 1 to %d", p.Name, len(p.Limits), MaxLimits)
 	}
 	for i, lim := range p.Limits {

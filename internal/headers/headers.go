@@ -128,9 +128,12 @@ const topRendered = 128
 // the RateLimit-Policy and RateLimit fields hold one list member per limit,
 // named "<name>-<limit name>" (draft-12), and the X-RateLimit fields report
 // the limit State.Tight. Each member's name must pass CheckName; New's
-// rules for a limit apply to each.
+// rules for a limit apply to each. With none, it sets no quota field.
 func NewMulti(style uint8, name string, limits []Limit) *Writer {
-	if len(limits) == 1 {
+	switch len(limits) {
+	case 0: // a policy without rate limits: no quota field, ever
+		return &Writer{style: None}
+	case 1:
 		return New(style, name, limits[0].Burst, limits[0].Interval)
 	}
 	w := &Writer{style: style}
