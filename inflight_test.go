@@ -374,12 +374,16 @@ func TestInFlightHTTP2RapidReset(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	srv.Close() // waits for every handler
+	srv.Close()
 	t.Logf("ok %d, refused %d, reset %d, handlers run %d, most at once %d, connections %d", ok.Load(), refused.Load(), reset.Load(), c.entered.Load(), c.max(), conns.Load())
 	require.Equal(t, int64(1), conns.Load(), "every stream on one connection")
 	require.LessOrEqual(t, c.max(), n)
 	require.Positive(t, refused.Load())
-	require.Equal(t, 0, inFlightHeld(lim, "default"))
+	// Close waits for the connection, not for the handlers of its HTTP/2
+	// streams: one whose stream was reset may still be returning, and
+	// releases its slot when it does. No slot may stay held (the bound is
+	// for a loaded machine, not a timing claim).
+	require.Eventually(t, func() bool { return inFlightHeld(lim, "default") == 0 }, 30*time.Second, time.Millisecond, "a slot stayed held after every handler returned")
 }
 
 // TestInFlightHTTP1Pipelining: 8 connections of one client, each sending
