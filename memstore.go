@@ -287,12 +287,17 @@ func (ps *lane) taken(allowed bool, n int, f *bucket.Fulls) (a answer) {
 // summarizeTake completes a, an answer to a Take of n tokens whose Resets
 // are set: allowed, and the fields that follow from Resets.
 func (ps *lane) summarizeTake(allowed bool, n int, a *answer) {
-	need := 1
-	if !allowed {
-		need = n
-	}
 	a.Allowed = allowed
-	a.tight = ps.summarize(&a.Result, need)
+	a.tight = ps.summarize(&a.Result, needAfter(allowed, n))
+}
+
+// needAfter is what a call needed of the buckets, for what they report
+// after it: n tokens if it was denied, else one more for the next call.
+func needAfter(allowed bool, n int) int {
+	if allowed {
+		return 1
+	}
+	return n
 }
 
 // summarize sets the Remaining, RetryAfter and ResetAfter of res from its
@@ -328,11 +333,14 @@ func (m *memStore) take(_ context.Context, ln *lane, k bucketKey, n int) (a answ
 // is copied twice, and each copy of a struct just written stalls on store
 // forwarding (BenchmarkAllowedOptions).
 func (m *memStore) takeTo(ln *lane, k bucketKey, n int, a *answer) {
-	allowed, _, t := ln.table.TakeTo(k.hash, m.now(), int64(n), (*bucket.Fulls)(&a.Resets))
+	allowed, tight, t := ln.table.TakeTo(k.hash, m.now(), int64(n), (*bucket.Fulls)(&a.Resets))
 	if t != ln.table {
 		ln = ln.holding(t)
 	}
-	ln.summarizeTake(allowed, n, a)
+	// The table found the tightest limit (limits.Tightest's rule) as it
+	// decided.
+	a.Allowed, a.tight = allowed, tight
+	a.Remaining, a.RetryAfter, a.ResetAfter = limits.Report(ln.lims, tight, needAfter(allowed, n), &a.Resets)
 	a.lane = ln
 }
 

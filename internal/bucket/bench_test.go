@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -113,4 +114,26 @@ func BenchmarkStatsDuringFlood(b *testing.B) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// BenchmarkTakeLimits: an admitted Take on one hot key of a table of one
+// limit and of three (the root's BenchmarkLimits shapes), what the table
+// adds per limit.
+func BenchmarkTakeLimits(b *testing.B) {
+	second := mustPolicy(b, 1_000_000_000, time.Nanosecond)
+	minute := mustPolicy(b, 1_000_000_000, 60*time.Nanosecond)
+	hour := mustPolicy(b, 1_000_000_000, 3600*time.Nanosecond)
+	for _, more := range [][]Policy{nil, {minute, hour}} {
+		b.Run(fmt.Sprintf("limits=%d", 1+len(more)), func(b *testing.B) {
+			tab := NewTable(second, 1<<10, more...)
+			now := int64(time.Hour)
+			var f Fulls
+			for b.Loop() {
+				now += 300
+				if ok, _, _ := tab.TakeTo(1, now, 1, &f); !ok {
+					b.Fatal("denied")
+				}
+			}
+		})
+	}
 }

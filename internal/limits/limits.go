@@ -88,15 +88,22 @@ func Tightest(ls []Limit, need int, resets *[Max]time.Duration) (tight int) {
 }
 
 // Summarize returns the tightest of ls in the states resets after a call
-// that needed need tokens (Tightest), and what it reports: its whole
-// tokens, its wait for need of them, and its time until full.
+// that needed need tokens (Tightest), and what it reports (Report).
 func Summarize(ls []Limit, need int, resets *[Max]time.Duration) (tight, remaining int, wait, full time.Duration) {
 	if len(ls) > 1 { // one limit, the common case, makes no call
 		tight = Tightest(ls, need, resets)
 	}
+	remaining, wait, full = Report(ls, tight, need, resets)
+	return tight, remaining, wait, full
+}
+
+// Report is what limit tight of ls in the states resets reports after a
+// call that needed need tokens: its whole tokens, its wait for need of
+// them, and its time until full.
+func Report(ls []Limit, tight, need int, resets *[Max]time.Duration) (remaining int, wait, full time.Duration) {
 	full = max(resets[tight], 0)
 	remaining, wait = ls[tight].Read(full, need)
-	return tight, remaining, wait, full
+	return remaining, wait, full
 }
 
 // Name is a limit's name: name if it is not empty, else one derived from
