@@ -65,6 +65,20 @@ func (e *e2eResults) loss(lib string) float64 {
 	return median(losses)
 }
 
+// addedCPU returns the median over rounds of the server CPU per request
+// lib adds to the bare handler of the same round, in nanoseconds: the
+// server runs on one core that the load keeps busy, so a request costs it
+// 1/(requests/s) of a second.
+func (e *e2eResults) addedCPU(lib string) float64 {
+	var added []float64
+	for round, rps := range e.rps[lib] {
+		if bare := e.rps["bare"][round]; bare > 0 && rps > 0 {
+			added = append(added, 1e9/rps-1e9/bare)
+		}
+	}
+	return median(added)
+}
+
 func (e *e2eResults) medianRPS(lib string) float64 {
 	var v []float64
 	for _, rps := range e.rps[lib] {
@@ -84,15 +98,15 @@ func printE2E(e *e2eResults) {
 	fmt.Printf("burst 10^6). Contenders are interleaved in rounds, the order rotating, so that\n")
 	fmt.Printf("noise hits all alike; each figure is a median over rounds, and the loss is measured against\n")
 	fmt.Printf("the bare handler of the same round. Settings: %s.\n\n", e.settings)
-	fmt.Printf("| library | requests/s | lost vs bare | rounds | non-2xx |\n|---|---:|---:|---:|---:|\n")
+	fmt.Printf("| library | requests/s | lost vs bare | server CPU added per request | rounds | non-2xx |\n|---|---:|---:|---:|---:|---:|\n")
 	libs := slices.Clone(e.libs)
 	slices.SortStableFunc(libs, func(a, b string) int { return slices.Index(order, a) - slices.Index(order, b) })
 	for _, lib := range libs {
-		lost := "—"
+		lost, added := "—", "—"
 		if lib != "bare" {
-			lost = fmt.Sprintf("%.1f %%", 100*e.loss(lib))
+			lost, added = fmt.Sprintf("%.1f %%", 100*e.loss(lib)), fmt.Sprintf("%+.0f ns", e.addedCPU(lib))
 		}
-		fmt.Printf("| %s | %.0f | %s | %d | %d |\n", lib, e.medianRPS(lib), lost, len(e.rps[lib]), e.non2xx[lib])
+		fmt.Printf("| %s | %.0f | %s | %s | %d | %d |\n", lib, e.medianRPS(lib), lost, added, len(e.rps[lib]), e.non2xx[lib])
 	}
 	fmt.Printf("\nA non-2xx count above zero means that contender limited the load generator: its figure is not comparable.\n")
 }

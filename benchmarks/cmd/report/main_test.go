@@ -45,6 +45,12 @@ func TestE2ELoss(t *testing.T) {
 	if got := e.loss("addrlimit"); math.Abs(got-0.1) > 1e-9 {
 		t.Errorf("loss %v, want 0.1", got)
 	}
+	// Per request, 1/90 − 1/100, 1/45 − 1/50, 1/70 − 1/100 of a second
+	// (1.11, 2.22 and 4.29 ms): the median is 2.22 ms, though round 2 lost
+	// the same share as round 1.
+	if got, want := e.addedCPU("addrlimit"), 1e9/45-1e9/50; math.Abs(got-want) > 1e-3 {
+		t.Errorf("added CPU %v ns, want %v", got, want)
+	}
 	if e.non2xx["addrlimit"] != 2 {
 		t.Errorf("non-2xx %d", e.non2xx["addrlimit"])
 	}
@@ -96,6 +102,15 @@ BenchmarkServe/lib=tollbooth 	 100	 9000 ns/op	 17000 cpu-ns/op	 2720 B/op	 41 a
 	}
 	if !strings.Contains(r.note, "add 2000 ns, 0.40×") {
 		t.Errorf("note %q lacks what headers-only adds", r.note)
+	}
+	// Noise larger than what addrlimit adds: no ratio, and neither met nor
+	// unmet.
+	noisy := parseBench(strings.NewReader(`BenchmarkServe/lib=bare 	 100	 9000 ns/op	 12000 cpu-ns/op	 1312 B/op	 12 allocs/op
+BenchmarkServe/lib=addrlimit 	 100	 9000 ns/op	 11990 cpu-ns/op	 2129 B/op	 16 allocs/op
+BenchmarkServe/lib=go-limiter 	 100	 9000 ns/op	 15000 cpu-ns/op	 2296 B/op	 25 allocs/op
+`))
+	if r, ok := serveTarget(noisy); !ok || r.met || r.measuredOK || r.measured != "not resolved" {
+		t.Errorf("a run where addrlimit costs less than the bare handler: %+v", r)
 	}
 	if _, ok := serveTarget(parseBench(strings.NewReader(""))); ok {
 		t.Error("a target row without figures")
