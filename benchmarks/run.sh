@@ -4,9 +4,10 @@
 # allowed and denied paths, runs the end-to-end rounds (net/http on one core,
 # wrk on the other, loopback only), keeps the raw figures in results/, and
 # writes BENCHMARKS.md from them (benchstat and cmd/report).
-# About 20 minutes on 2 cores: 12 for the benchmarks, 3 for retained memory,
-# 4 for the end-to-end rounds. Run it on a quiet machine: other load shows up
-# as noise in every figure.
+# About an hour on 2 cores (60 min on 3 December 2026), most of it the
+# benchmarks, of which the Redis fleet and BenchmarkServe are the longest; the
+# end-to-end rounds take about 4. Run it on a quiet machine: other load shows
+# up as noise in every figure.
 #
 #   ./run.sh            # measure everything (COUNT=6) and report
 #   COUNT=10 ./run.sh

@@ -239,15 +239,10 @@ type Fulls [MaxLimits]time.Duration
 
 // fulls is Fulls of the states tats at now.
 func (t *Table) fulls(tats *[MaxLimits]int64, now int64) (f Fulls) {
-	t.fullsTo(tats, now, &f)
-	return f
-}
-
-// fullsTo writes the Fulls of the states tats at now into *f, a zero Fulls.
-func (t *Table) fullsTo(tats *[MaxLimits]int64, now int64, f *Fulls) {
 	for j := range t.limits() {
 		f[j] = time.Duration(max(tats[j], now) - now)
 	}
+	return f
 }
 
 // Take charges n tokens at now to every bucket of hash h, if each holds n
